@@ -1,0 +1,298 @@
+"""Named simulation scenarios: data, model, partition, device population and run budget.
+
+==============  =========================================================================
+name            what
+==============  =========================================================================
+``digits-20``   scikit-learn's 8x8 digits, MLP, 20 clients, IID, 30x compute spread.
+                The default and the README's main job (a few minutes on 2 cores).
+``mnist1d-100`` MNIST-1D (generated offline), 1-D CNN, 100 clients, non-IID Dirichlet
+                0.5, 100x compute spread, a third of the devices flaky.
+==============  =========================================================================
+
+Every scenario can be resized (``clients``) and made more or less heterogeneous
+(``heterogeneity``: the fastest over the slowest device's compute speed) with
+:func:`resolve_scenario`, which validates everything *before* any engine starts.
+
+Round budgets: strategies aggregate different numbers of updates per round (FedAvg one per
+client, FedBuff and the edge strategy ``K + 1``, FedAsync one), so a scenario fixes a budget of
+client *updates* and :meth:`Scenario.rounds_for` turns it into rounds per strategy: the
+strategies are compared at roughly equal client work.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Literal, get_args
+
+from flower_edge.errors import ConfigError, InputError
+from simulations.devices import PopulationConfig
+
+__all__ = [
+    "DATASET_SIZES",
+    "SCENARIOS",
+    "STRATEGIES",
+    "Partition",
+    "Scenario",
+    "StrategyName",
+    "resolve_scenario",
+    "resolve_strategies",
+]
+
+StrategyName = Literal["edge", "fedavg", "fedbuff", "fedasync"]
+STRATEGIES: tuple[str, ...] = get_args(StrategyName)
+Partition = Literal["iid", "dirichlet"]
+PARTITIONS: tuple[str, ...] = get_args(Partition)
+
+#: training samples of each bundled data set (the partitioners split these)
+DATASET_SIZES: dict[str, int] = {"digits": 1437, "mnist1d": 8000}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A reproducible experiment setting.
+
+    Parameters
+    ----------
+    name : str
+        Registry name.
+    description : str
+        One line for listings.
+    dataset : str
+        Bundled data set (``clients.data``): ``"digits"`` or ``"mnist1d"``.
+    model : str
+        Bundled model name (``flower_edge.models``).
+    num_clients : int
+        Number of virtual clients (SuperNodes), one device each.
+    partition : {"iid", "dirichlet"}
+        How the training data is split over the clients.
+    dirichlet_alpha : float
+        Concentration of the Dirichlet label partition (``partition == "dirichlet"``).
+    heterogeneity : float
+        Fastest over slowest device compute speed (>= 1).
+    gpu_fraction : float
+        Fraction of devices with a GPU.
+    flaky_fraction : float
+        Fraction of devices that go offline for stretches.
+    mean_online, mean_offline : float
+        Mean online / offline stretch of a flaky device, virtual seconds.
+    threshold : int
+        K of the semi-asynchronous strategies: aggregate when more than K updates are in.
+    target_accuracy : float
+        Accuracy whose first crossing gives ``time_to_target``.
+    update_budget : int
+        Client updates a run may aggregate in all (see :meth:`rounds_for`).
+    batch_size : int
+        Local mini-batch size.
+    learning_rate : float
+        Local SGD learning rate.
+    local_epochs : float
+        Local passes over a node's data per job (its sample share scales this).
+    slice_budget : float
+        Virtual seconds of training per train message (0 = one message per job).
+    min_client_samples : int
+        Fewest training samples a client may hold; more clients than the data allows is
+        an input error.
+    """
+
+    name: str
+    description: str
+    dataset: str
+    model: str
+    num_clients: int
+    partition: Partition
+    dirichlet_alpha: float
+    heterogeneity: float
+    gpu_fraction: float
+    flaky_fraction: float
+    mean_online: float
+    mean_offline: float
+    threshold: int
+    target_accuracy: float
+    update_budget: int
+    batch_size: int
+    learning_rate: float
+    local_epochs: float
+    slice_budget: float
+    min_client_samples: int = 8
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Check every field; raise :class:`ConfigError` naming the first bad one."""
+        if self.dataset not in DATASET_SIZES:
+            raise ConfigError(
+                f"dataset must be one of {', '.join(sorted(DATASET_SIZES))}, got {self.dataset!r}"
+            )
+        if self.partition not in PARTITIONS:
+            raise ConfigError(
+                f"partition must be one of {', '.join(PARTITIONS)}, got {self.partition!r}"
+            )
+        if self.num_clients < 2:
+            raise InputError(f"clients must be >= 2, got {self.num_clients}")
+        most = DATASET_SIZES[self.dataset] // self.min_client_samples
+        if self.num_clients > most:
+            raise InputError(
+                f"clients must be <= {most} for scenario {self.name!r}: its "
+                f"{DATASET_SIZES[self.dataset]} {self.dataset} training samples cannot give "
+                f"{self.num_clients} clients {self.min_client_samples} samples each"
+            )
+        if not 1 <= self.threshold < self.num_clients:
+            raise InputError(
+                f"threshold K must be >= 1 and < clients ({self.num_clients}), got {self.threshold}"
+            )
+        checks: list[tuple[str, float, float, float]] = [
+            ("heterogeneity", self.heterogeneity, 1.0, math.inf),
+            ("gpu_fraction", self.gpu_fraction, 0.0, 1.0),
+            ("flaky_fraction", self.flaky_fraction, 0.0, 1.0),
+            ("target_accuracy", self.target_accuracy, 0.0, 1.0),
+            ("slice_budget", self.slice_budget, 0.0, math.inf),
+        ]
+        for name, value, low, high in checks:
+            if not (math.isfinite(value) and low <= value <= high):
+                upper = "" if math.isinf(high) else f" and <= {high}"
+                raise InputError(f"{name} must be >= {low}{upper}, got {value!r}")
+        positive: list[tuple[str, float]] = [
+            ("dirichlet_alpha", self.dirichlet_alpha),
+            ("mean_online", self.mean_online),
+            ("mean_offline", self.mean_offline),
+            ("learning_rate", self.learning_rate),
+            ("local_epochs", self.local_epochs),
+            ("update_budget", self.update_budget),
+            ("batch_size", self.batch_size),
+        ]
+        for name, value in positive:
+            if not (math.isfinite(value) and value > 0):
+                raise InputError(f"{name} must be > 0, got {value!r}")
+
+    def population(self, seed: int) -> PopulationConfig:
+        """Return the device population of this scenario under ``seed``."""
+        return PopulationConfig(
+            num_devices=self.num_clients,
+            seed=seed,
+            compute_spread=self.heterogeneity,
+            gpu_fraction=self.gpu_fraction,
+            flaky_fraction=self.flaky_fraction,
+            mean_online=self.mean_online,
+            mean_offline=self.mean_offline,
+        )
+
+    def updates_per_round(self, strategy: StrategyName) -> int:
+        """Return the client updates that one aggregation of ``strategy`` takes."""
+        if strategy == "fedavg":
+            return self.num_clients
+        if strategy == "fedasync":
+            return 1
+        return self.threshold + 1
+
+    def rounds_for(self, strategy: StrategyName) -> int:
+        """Return the aggregations that fit the scenario's update budget for ``strategy``."""
+        return max(1, math.ceil(self.update_budget / self.updates_per_round(strategy)))
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "digits-20": Scenario(
+        name="digits-20",
+        description="8x8 digits, MLP, 20 clients, IID, 30x compute spread",
+        dataset="digits",
+        model="mlp",
+        num_clients=20,
+        partition="iid",
+        dirichlet_alpha=1.0,
+        heterogeneity=30.0,
+        gpu_fraction=0.1,
+        flaky_fraction=0.2,
+        mean_online=60.0,
+        mean_offline=15.0,
+        threshold=4,
+        target_accuracy=0.9,
+        update_budget=300,
+        batch_size=16,
+        learning_rate=0.05,
+        local_epochs=1.0,
+        slice_budget=2.0,
+    ),
+    "mnist1d-100": Scenario(
+        name="mnist1d-100",
+        description="MNIST-1D, 1-D CNN, 100 clients, Dirichlet 0.5, 100x compute spread",
+        dataset="mnist1d",
+        model="cnn1d",
+        num_clients=100,
+        partition="dirichlet",
+        dirichlet_alpha=0.5,
+        heterogeneity=100.0,
+        gpu_fraction=0.1,
+        flaky_fraction=0.3,
+        mean_online=120.0,
+        mean_offline=30.0,
+        threshold=10,
+        target_accuracy=0.6,
+        update_budget=2000,
+        batch_size=16,
+        learning_rate=0.05,
+        local_epochs=1.0,
+        slice_budget=10.0,
+    ),
+}
+
+
+def resolve_scenario(
+    name: str,
+    *,
+    clients: int | None = None,
+    heterogeneity: float | None = None,
+    threshold: int | None = None,
+) -> Scenario:
+    """Look up a scenario by name and apply overrides, validating everything.
+
+    Parameters
+    ----------
+    name : str
+        A key of :data:`SCENARIOS`.
+    clients : int, optional
+        Number of clients instead of the scenario's.
+    heterogeneity : float, optional
+        Fastest over slowest device compute speed instead of the scenario's (>= 1).
+    threshold : int, optional
+        K instead of the scenario's (1 <= K < clients). When only ``clients`` shrinks below
+        the scenario's K, K becomes ``clients // 4`` (at least 1).
+
+    Raises
+    ------
+    InputError
+        Unknown name (the message lists the valid ones) or an override out of range.
+    """
+    try:
+        base = SCENARIOS[name]
+    except KeyError:
+        raise InputError(
+            f"unknown scenario {name!r}; valid scenarios: {', '.join(SCENARIOS)}"
+        ) from None
+    changes: dict[str, float | int] = {}
+    if clients is not None:
+        changes["num_clients"] = clients
+        if threshold is None and clients > 1 and base.threshold >= clients:
+            changes["threshold"] = max(1, clients // 4)
+    if heterogeneity is not None:
+        changes["heterogeneity"] = heterogeneity
+    if threshold is not None:
+        changes["threshold"] = threshold
+    return replace(base, **changes) if changes else base  # type: ignore[arg-type]
+
+
+def resolve_strategies(name: str) -> tuple[StrategyName, ...]:
+    """Return the strategies that ``name`` stands for (``"all"`` for every one).
+
+    Raises
+    ------
+    InputError
+        If ``name`` is neither a strategy nor ``"all"``; the message lists the valid names.
+    """
+    if name == "all":
+        return STRATEGIES  # type: ignore[return-value]
+    if name not in STRATEGIES:
+        raise InputError(
+            f"unknown strategy {name!r}; valid strategies: {', '.join(STRATEGIES)}, all"
+        )
+    return (name,)  # type: ignore[return-value]

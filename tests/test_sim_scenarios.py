@@ -1,0 +1,62 @@
+import pytest
+
+from flower_edge.errors import InputError
+from simulations.devices import make_population
+from simulations.scenarios import SCENARIOS, resolve_scenario, resolve_strategies
+
+
+def test_default_scenarios_are_valid_and_heterogeneous() -> None:
+    for name, scenario in SCENARIOS.items():
+        assert scenario.name == name
+        specs = make_population(scenario.population(seed=0))
+        cpu = [s.cpu_flops for s in specs]
+        assert len(specs) == scenario.num_clients
+        assert max(cpu) / min(cpu) >= 20
+
+
+def test_mnist1d_100_is_non_iid_and_strongly_heterogeneous() -> None:
+    s = resolve_scenario("mnist1d-100")
+    assert (s.num_clients, s.partition, s.dirichlet_alpha) == (100, "dirichlet", 0.5)
+    assert s.heterogeneity >= 100
+
+
+def test_unknown_scenario_lists_valid_names() -> None:
+    with pytest.raises(InputError, match="unknown scenario 'nope'; valid scenarios: digits-20"):
+        resolve_scenario("nope")
+
+
+def test_unknown_strategy_lists_valid_names() -> None:
+    with pytest.raises(InputError, match="valid strategies: edge, fedavg, fedbuff, fedasync, all"):
+        resolve_strategies("fedprox")
+    assert resolve_strategies("all") == ("edge", "fedavg", "fedbuff", "fedasync")
+    assert resolve_strategies("fedbuff") == ("fedbuff",)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"clients": 1000}, r"clients must be <= 179 for scenario 'digits-20'"),
+        ({"clients": 1}, "clients must be >= 2"),
+        ({"threshold": 20}, r"threshold K must be >= 1 and < clients \(20\), got 20"),
+        ({"threshold": 0}, "threshold K must be >= 1"),
+        ({"heterogeneity": 0.5}, "heterogeneity must be >= 1.0"),
+    ],
+)
+def test_bad_overrides(kwargs: dict[str, float], match: str) -> None:
+    with pytest.raises(InputError, match=match):
+        resolve_scenario("digits-20", **kwargs)  # type: ignore[arg-type]
+
+
+def test_overrides_apply() -> None:
+    s = resolve_scenario("digits-20", clients=8, heterogeneity=50.0)
+    assert (s.num_clients, s.heterogeneity) == (8, 50.0)
+    assert s.threshold == 4
+    small = resolve_scenario("digits-20", clients=4)
+    assert small.threshold == 1  # K shrinks with the client count unless given
+
+
+def test_rounds_follow_the_update_budget() -> None:
+    s = resolve_scenario("digits-20")
+    assert s.rounds_for("fedavg") * s.num_clients >= s.update_budget
+    assert s.rounds_for("fedasync") == s.update_budget
+    assert s.rounds_for("edge") == s.rounds_for("fedbuff")
