@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Start a Flower SuperLink for flower-edge in the foreground (exec: the PID you get is the
+# SuperLink's). One HTTP port serves the Fleet API (SuperNodes), the Control API (`flwr run`)
+# and the Runtime API (the ServerApp).
+#
+# Usage: deploy/start-superlink.sh (--insecure | --certs DIR) [--auth] [--host HOST] [--port PORT]
+#                                  [--database FILE] [-- EXTRA flower-superlink ARGS]
+#   --insecure       plain HTTP, no TLS (loopback experiments only)
+#   --certs DIR      TLS with DIR/ca.crt, DIR/server.pem, DIR/server.key (deploy/gen-certs.sh)
+#   --auth           SuperNode authentication: only SuperNodes whose public key was registered
+#                    with `flwr supernode register KEY.pub CONNECTION` may connect (needs --certs)
+#   --host HOST      address to listen on (default: 127.0.0.1; 0.0.0.0 for devices on a network)
+#   --port PORT      port to listen on (default: 9092)
+#   --database FILE  keep the SuperLink's state in FILE (default: in memory)
+# Environment: FLOWER_EDGE_VENV (default: the repository's .venv, if present, else PATH).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+venv="${FLOWER_EDGE_VENV:-$root/.venv}"
+[ -x "$venv/bin/flower-superlink" ] && export PATH="$venv/bin:$PATH"
+export FLWR_TELEMETRY_ENABLED="${FLWR_TELEMETRY_ENABLED:-0}"
+export FLWR_DISABLE_UPDATE_CHECK="${FLWR_DISABLE_UPDATE_CHECK:-1}"
+export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="${FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION:-1}"
+
+usage() { sed -n '5,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+need() { [ "$#" -ge 2 ] && [ -n "$2" ] || { echo "start-superlink: $1 needs a value" >&2; usage; }; }
+host="127.0.0.1"; port="9092"; certs=""; insecure=0; auth=0; database=""
+while [ "$#" -gt 0 ]; do
+  case "$1" in
+    --insecure) insecure=1 ;;
+    --certs) need "$@"; certs="$2"; shift ;;
+    --auth) auth=1 ;;
+    --host) need "$@"; host="$2"; shift ;;
+    --port) need "$@"; port="$2"; shift ;;
+    --database) need "$@"; database="$2"; shift ;;
+    --) shift; break ;;
+    -h|--help) usage ;;
+    *) echo "start-superlink: unknown option '$1'" >&2; usage ;;
+  esac
+  shift
+done
+case "$port" in ''|*[!0-9]*) echo "start-superlink: --port must be 1-65535, got '$port'" >&2; exit 2 ;; esac
+if [ "$insecure" = 1 ] && [ -n "$certs" ]; then
+  echo "start-superlink: give either --insecure or --certs DIR, not both" >&2; exit 2
+fi
+args=(--host "$host" --port "$port" --disable-runtime-dependency-installation)
+if [ -n "$certs" ]; then
+  for f in ca.crt server.pem server.key; do
+    [ -r "$certs/$f" ] || { echo "start-superlink: missing $certs/$f (run deploy/gen-certs.sh -o $certs)" >&2; exit 2; }
+  done
+  args+=(--ssl-ca-certfile "$certs/ca.crt" --ssl-certfile "$certs/server.pem" --ssl-keyfile "$certs/server.key")
+elif [ "$insecure" = 1 ]; then
+  args+=(--insecure)
+else
+  echo "start-superlink: choose --certs DIR (TLS) or --insecure (no encryption)" >&2; exit 2
+fi
+if [ "$auth" = 1 ]; then
+  [ -n "$certs" ] || { echo "start-superlink: --auth needs TLS (--certs DIR)" >&2; exit 2; }
+  args+=(--enable-supernode-auth)
+fi
+[ -n "$database" ] && args+=(--database "$database")
+exec flower-superlink "${args[@]}" "$@"

@@ -1,0 +1,1 @@
+"""Tiny Flower App for the deployment tests."""
