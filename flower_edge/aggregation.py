@@ -1,0 +1,374 @@
+"""Weighted aggregation of local models with O(model) leave-one-out (seed 001, steps 3-4).
+
+The new global model is ``x = sum_i w_i x_i / sum_i w_i``. :class:`WeightedSum` accumulates
+the running sum ``S = sum_i w_i x_i`` in float64 as updates arrive (accumulate, don't
+collect), so that aggregating is one division, and the global model without update ``i`` is a
+subtraction, ``x_{-i} = (S - w_i x_i) / (W - w_i)``: O(model) instead of the O(model x K) of a
+full re-aggregation. The subtraction needs ``x_i``, so each buffered update is kept once, as
+received (float32 stays float32, no float64 copy): memory is O(model x buffer) plus one
+float64 model for ``S``.
+
+Numerical care
+--------------
+* Weights are stored relative to the largest weight seen so far (``S`` is rescaled when a
+  larger one arrives), so tiny decayed weights (down to ``MIN_DECAY``) neither underflow nor
+  lose precision, and the ratio of weights is all that matters.
+* ``W - w_i`` is never formed by subtraction: it is the compensated sum (``math.fsum``) of the
+  other weights.
+* When update ``i`` dominates, ``S - w_i x_i`` cancels catastrophically: its absolute error is
+  about ``eps * W * max|x|``, i.e. a relative error ``eps * W / (W - w_i)`` in ``x_{-i}``. When
+  ``W - w_i <= CANCELLATION_GUARD * W`` (that error would exceed about 2e-10),
+  :meth:`WeightedSum.mean_without` re-sums the other buffered updates instead (O(model x K),
+  exact to float64 rounding).
+
+Arrays whose reference dtype is not floating point (integer counters such as batch-norm's
+``num_batches_tracked``, booleans) are averaged too and rounded to the nearest value (half to
+even) when cast back.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Iterator, Sequence
+from numbers import Real
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from flower_edge.errors import InputError
+
+__all__ = [
+    "CANCELLATION_GUARD",
+    "Array",
+    "WeightedSum",
+    "check_update",
+    "weighted_average",
+]
+
+Array = npt.NDArray[Any]
+
+CANCELLATION_GUARD: float = 1e-6
+"""``mean_without(i)`` re-sums the others when ``W - w_i <= CANCELLATION_GUARD * W``."""
+
+_NUMERIC_KINDS = "fiub"  # float, signed and unsigned integer, boolean
+
+
+def _kind_label(dtype: np.dtype[Any]) -> str:
+    return "float" if dtype.kind == "f" else "non-float"
+
+
+def _all_finite(array: Array) -> bool:
+    """Return whether every element of a float array is finite, without an O(model) mask."""
+    # NaN and +-Inf propagate through a sum; a finite sum proves all elements finite. Only
+    # when the float64 sum is not finite (a NaN/Inf, or an overflow of huge float64 values)
+    # is the element-wise test needed.
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = float(np.add.reduce(array, axis=None, dtype=np.float64))
+    if math.isfinite(total):
+        return True
+    return bool(np.isfinite(array).all())
+
+
+def check_update(arrays: Sequence[Array], reference: Sequence[Array]) -> str | None:
+    """Say why a local update cannot be aggregated against the reference model, if it cannot.
+
+    Parameters
+    ----------
+    arrays : Sequence[numpy.ndarray]
+        The update, one array per model tensor, in the reference's order.
+    reference : Sequence[numpy.ndarray]
+        The global model (only shapes and dtypes are read).
+
+    Returns
+    -------
+    str or None
+        ``None`` when the update is fine; otherwise the reason, naming the first bad array
+        index: wrong number of arrays, not an array, wrong shape, dtype of the other kind
+        (float where the reference is non-float or the reverse, or not numeric), NaN or Inf.
+    """
+    if len(arrays) != len(reference):
+        return f"expected {len(reference)} arrays, got {len(arrays)}"
+    for index, (array, ref) in enumerate(zip(arrays, reference, strict=True)):
+        if not isinstance(array, np.ndarray):
+            return f"array {index} is a {type(array).__name__}, not a numpy array"
+        if array.shape != ref.shape:
+            return f"array {index} has shape {array.shape}, expected {ref.shape}"
+        if array.dtype.kind not in _NUMERIC_KINDS:
+            return f"array {index} has non-numeric dtype {array.dtype}"
+        if (array.dtype.kind == "f") != (ref.dtype.kind == "f"):
+            return (
+                f"array {index} has {_kind_label(array.dtype)} dtype {array.dtype}, "
+                f"expected {_kind_label(ref.dtype)} like {ref.dtype}"
+            )
+        if array.dtype.kind == "f" and not _all_finite(array):
+            return f"array {index} contains NaN or Inf"
+    return None
+
+
+def _check_reference(reference: Sequence[Array]) -> list[Array]:
+    if len(reference) == 0:
+        raise InputError("reference model must have at least one array, got 0")
+    out = []
+    for index, ref in enumerate(reference):
+        if not isinstance(ref, np.ndarray) or ref.dtype.kind not in _NUMERIC_KINDS:
+            raise InputError(
+                f"reference array {index} must be a numeric numpy array (float, int, uint "
+                f"or bool), got {getattr(ref, 'dtype', type(ref).__name__)}"
+            )
+        out.append(ref)
+    return out
+
+
+def _check_weight(weight: float, name: str = "weight") -> float:
+    if isinstance(weight, bool) or not isinstance(weight, Real):
+        raise InputError(f"{name} must be a finite number > 0, got {weight!r}")
+    value = float(weight)
+    if not math.isfinite(value) or value <= 0.0:
+        raise InputError(f"{name} must be finite and > 0, got {value!r}")
+    return value
+
+
+def _cast_like(values: npt.NDArray[np.float64], ref: Array) -> Array:
+    """Cast a float64 average back to the reference dtype (non-floats rounded half to even)."""
+    if ref.dtype.kind != "f":
+        values = np.rint(values)
+    return values.astype(ref.dtype, copy=False)
+
+
+class WeightedSum:
+    """Running weighted sum of local models, with O(model) leave-one-out.
+
+    Parameters
+    ----------
+    reference : Sequence[numpy.ndarray]
+        The global model the updates are checked against (shapes and dtypes); the averages
+        are cast back to its dtypes.
+
+    Notes
+    -----
+    Each added update is stored by reference, not copied: do not modify its arrays
+    afterwards. Memory: the buffered updates (as received) plus one float64 model.
+    Adding costs O(model); :meth:`mean` and :meth:`mean_without` cost O(model) each.
+    """
+
+    def __init__(self, reference: Sequence[Array]) -> None:
+        self._reference = _check_reference(reference)
+        self._sum: list[npt.NDArray[np.float64]] = [
+            np.zeros(ref.shape, dtype=np.float64) for ref in self._reference
+        ]
+        self._updates: dict[Hashable, Sequence[Array]] = {}
+        self._weights: dict[Hashable, float] = {}
+        self._scale = 0.0  # largest weight seen; S holds sum_i (w_i / scale) x_i
+
+    # ------------------------------------------------------------ state
+    @property
+    def keys(self) -> tuple[Hashable, ...]:
+        """Keys of the added updates, in the order they were added."""
+        return tuple(self._weights)
+
+    @property
+    def weights(self) -> dict[Hashable, float]:
+        """The weight of each update, as given to :meth:`add` (a copy)."""
+        return dict(self._weights)
+
+    @property
+    def total_weight(self) -> float:
+        """``W``, the compensated sum of the weights (0.0 when empty)."""
+        return math.fsum(self._weights.values())
+
+    @property
+    def reference(self) -> list[Array]:
+        """The reference model (a shallow copy of the list)."""
+        return list(self._reference)
+
+    def update(self, key: Hashable) -> Sequence[Array]:
+        """Return the buffered update added under ``key``."""
+        self._require(key)
+        return self._updates[key]
+
+    def __len__(self) -> int:
+        return len(self._weights)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._weights
+
+    def _require(self, key: Hashable) -> None:
+        if key not in self._weights:
+            raise InputError(f"no update with key {key!r} in the sum (keys: {list(self._weights)})")
+
+    # ------------------------------------------------------------ accumulate
+    def add(self, key: Hashable, arrays: Sequence[Array], weight: float) -> None:
+        """Add one local model to the sum.
+
+        Parameters
+        ----------
+        key : Hashable
+            Identifies the update (e.g. the node id); unique within the sum.
+        arrays : Sequence[numpy.ndarray]
+            The local model; must pass :func:`check_update` against the reference.
+        weight : float
+            ``w_i``; finite and ``> 0``.
+
+        Raises
+        ------
+        InputError
+            Duplicate key, bad weight, or an update that fails :func:`check_update`
+            (the message carries its reason). Nothing is added then.
+        """
+        if key in self._weights:
+            raise InputError(f"duplicate update key {key!r}: each update is added once")
+        w = _check_weight(weight)
+        reason = check_update(arrays, self._reference)
+        if reason is not None:
+            raise InputError(f"update {key!r} rejected: {reason}")
+        if w > self._scale:
+            if self._scale > 0.0:
+                factor = self._scale / w
+                for total in self._sum:
+                    total *= factor
+            self._scale = w
+        relative = w / self._scale
+        for total, array in zip(self._sum, arrays, strict=True):
+            _axpy(total, relative, array)
+        self._updates[key] = arrays
+        self._weights[key] = w
+
+    # ------------------------------------------------------------ results
+    def mean(self) -> list[Array]:
+        """Return the weighted mean ``S / W``, cast to the reference dtypes.
+
+        Raises
+        ------
+        InputError
+            No update was added.
+        """
+        if not self._weights:
+            raise InputError("cannot average: no update was added")
+        denominator = self._relative_total(exclude=None)
+        return [
+            _cast_like(total / denominator, ref)
+            for total, ref in zip(self._sum, self._reference, strict=True)
+        ]
+
+    def mean_without(self, key: Hashable) -> list[Array]:
+        """Return the weighted mean of all updates but ``key``: ``(S - w_i x_i) / (W - w_i)``.
+
+        A subtraction, O(model); when update ``key`` dominates the sum
+        (``W - w_i <= CANCELLATION_GUARD * W``) the other updates are re-summed instead to
+        avoid catastrophic cancellation (see the module notes).
+
+        Parameters
+        ----------
+        key : Hashable
+            The update to leave out.
+
+        Returns
+        -------
+        list[numpy.ndarray]
+            The leave-one-out model, cast to the reference dtypes.
+
+        Raises
+        ------
+        InputError
+            Unknown key, or ``key`` is the only update (nothing would be left).
+        """
+        self._require(key)
+        if len(self._weights) == 1:
+            raise InputError(f"cannot leave out {key!r}: it is the only update (need at least 2)")
+        relative = self._weights[key] / self._scale
+        others = self._relative_total(exclude=key)
+        if others <= CANCELLATION_GUARD * (others + relative):
+            return self._resum_without(key)
+        out = []
+        for total, array, ref in zip(self._sum, self._updates[key], self._reference, strict=True):
+            numerator = np.multiply(array, -relative, dtype=np.float64)
+            numerator += total
+            numerator /= others
+            out.append(_cast_like(numerator, ref))
+        return out
+
+    def means_without(self) -> Iterator[tuple[Hashable, list[Array]]]:
+        """Yield ``(key, mean_without(key))`` for every update, in insertion order."""
+        for key in self.keys:
+            yield key, self.mean_without(key)
+
+    # ------------------------------------------------------------ internals
+    def _relative_total(self, exclude: Hashable | None) -> float:
+        scale = self._scale
+        return math.fsum(
+            w / scale for k, w in self._weights.items() if exclude is None or k != exclude
+        )
+
+    def _resum_without(self, key: Hashable) -> list[Array]:
+        others = {k: w for k, w in self._weights.items() if k != key}
+        top = max(others.values())  # scale by the others' largest: no underflow
+        relative = {k: w / top for k, w in others.items()}
+        denominator = math.fsum(relative.values())
+        out = []
+        for index, ref in enumerate(self._reference):
+            acc = np.zeros(ref.shape, dtype=np.float64)
+            for other, weight in relative.items():
+                _axpy(acc, weight, self._updates[other][index])
+            acc /= denominator
+            out.append(_cast_like(acc, ref))
+        return out
+
+
+_CHUNK = 1 << 15  # elements per block of _axpy: the float64 temporary stays in cache
+
+
+def _axpy(total: npt.NDArray[np.float64], weight: float, array: Array) -> None:
+    """``total += weight * array`` in float64, in cache-sized blocks, without a model-size temp."""
+    flat_total = total.reshape(-1)
+    flat = array.reshape(-1)
+    n = flat.size
+    if n <= _CHUNK:
+        flat_total += np.multiply(flat, weight, dtype=np.float64)
+        return
+    buffer = np.empty(_CHUNK, dtype=np.float64)
+    for start in range(0, n, _CHUNK):
+        stop = min(start + _CHUNK, n)
+        block = buffer[: stop - start]
+        np.multiply(flat[start:stop], weight, out=block, dtype=np.float64)
+        flat_total[start:stop] += block
+
+
+def weighted_average(updates: Sequence[Sequence[Array]], weights: Sequence[float]) -> list[Array]:
+    """Return ``sum_i w_i x_i / sum_i w_i`` by brute force (the reference implementation).
+
+    Sums in float64 over all updates at once and casts back to the first update's dtypes
+    (non-floats rounded half to even), as :meth:`WeightedSum.mean` does.
+
+    Parameters
+    ----------
+    updates : Sequence[Sequence[numpy.ndarray]]
+        The local models, all of the same shapes.
+    weights : Sequence[float]
+        One finite weight ``> 0`` per update.
+
+    Raises
+    ------
+    InputError
+        No update, counts of updates and weights differ, a bad weight, or an update that
+        fails :func:`check_update` against the first one.
+    """
+    if len(updates) == 0:
+        raise InputError("cannot average: no update given")
+    if len(updates) != len(weights):
+        raise InputError(f"got {len(updates)} updates but {len(weights)} weights")
+    ws = [_check_weight(w, f"weights[{i}]") for i, w in enumerate(weights)]
+    reference = _check_reference(updates[0])
+    for i, update in enumerate(updates):
+        reason = check_update(update, reference)
+        if reason is not None:
+            raise InputError(f"updates[{i}] rejected: {reason}")
+    top = max(ws)
+    relative = np.asarray([w / top for w in ws])  # as WeightedSum: no underflow of tiny weights
+    total = math.fsum(relative.tolist())
+    out = []
+    for index, ref in enumerate(reference):
+        stacked = np.stack([np.asarray(u[index], dtype=np.float64) for u in updates])
+        summed = np.tensordot(relative, stacked, axes=1) / total
+        out.append(_cast_like(np.asarray(summed, dtype=np.float64), ref))
+    return out
