@@ -1,0 +1,518 @@
+"""Sample allocation and rebalancing (seed 000, claims 7-10; DESIGN.md steps 7-9).
+
+* :func:`initial_shares` -- seed formula 7, ``f_d = F * m_d / sum(m)``, with per-node capacity
+  limits (water-filling: ``f_d = min(cap_d, lambda * m_d)``), rounded to whole samples that
+  add up to exactly ``F`` (largest remainders, which minimises both the sum of absolute and
+  the sum of squared rounding errors).
+* :class:`TimeModel` and :func:`fit_time_model` -- seed formula 8, ``T = k * f + b``, fitted
+  robustly (Theil-Sen) from (load, seconds) observations, falling back to a prior.
+* :func:`rebalance` -- seed formula 9 (``method="seed"``): move
+  ``delta = (T_s - T_f) / (k_s + k_f)`` samples (rounded to the better neighbouring integer)
+  from the slowest node s to the fastest node f while that shortens the pair's finish; or
+  (``method="optimal"``) the global equal-finish optimum with integer rounding.
+
+Participation convention
+    A node given 0 samples does not train this round: its predicted time is 0 and it does not
+    count in the makespan. The time model ``k * f + b`` applies to ``f >= 1``. (Without this
+    convention a very slow node would hold up the round by ``b`` even with nothing to do.)
+    For the seed method, the "fastest" node is the one that would finish earliest after
+    taking work, ``k * f + b`` (which is ``b`` for an idle node).
+
+Optimal method
+    Over real loads, ``max_d (k_d f_d + b_d)`` subject to ``sum f = F`` and
+    ``0 <= f_d <= cap_d`` is minimised by the smallest time ``T*`` with
+    ``sum_d clip((T* - b_d) / k_d, 0, cap_d) = F`` (DESIGN.md's
+    ``T* = (F + sum b/k) / sum 1/k`` when no capacity binds and no node drops out). Integer
+    loads: start from ``floor(f_d)`` (each finishes by ``T*``, a lower bound of the integer
+    optimum ``M*``) and hand each leftover sample to the node whose finish grows least. Every
+    step then finishes by ``M*`` (some node still has room below ``M*`` while samples are
+    left), so the result is the integer optimum -- tested against exhaustive search.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from logging import WARNING, getLogger
+from typing import Literal, get_args
+
+import numpy as np
+from numpy.typing import NDArray
+
+from flower_edge.errors import InputError
+
+__all__ = [
+    "Allocation",
+    "Method",
+    "TimeModel",
+    "fit_time_model",
+    "initial_shares",
+    "predicted_makespan",
+    "predicted_times",
+    "rebalance",
+]
+
+logger = getLogger(__name__)
+
+Method = Literal["seed", "optimal"]
+METHODS: tuple[str, ...] = get_args(Method)
+#: fewest distinct loads that :func:`fit_time_model` fits a line through
+MIN_POINTS = 2
+
+
+@dataclass(frozen=True)
+class TimeModel:
+    """Linear iteration-time model of one node, ``seconds = k * load + b`` (seed formula 8).
+
+    Attributes
+    ----------
+    k : float
+        Seconds per sample; finite and ``> 0``.
+    b : float
+        Fixed seconds per iteration (start-up, transfers); finite and ``>= 0``.
+    """
+
+    k: float
+    b: float
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.k) and self.k > 0):
+            raise InputError(f"TimeModel.k must be a finite number > 0, got {self.k}")
+        if not (math.isfinite(self.b) and self.b >= 0):
+            raise InputError(f"TimeModel.b must be a finite number >= 0, got {self.b}")
+
+    def predict(self, load: float) -> float:
+        """Return the predicted seconds ``k * load + b`` of an iteration of ``load`` samples."""
+        return self.k * load + self.b
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """A sample allocation and its predicted timing.
+
+    Attributes
+    ----------
+    samples : tuple of int
+        Samples per node; they add up to the total ``F``.
+    predicted_seconds : tuple of float
+        Predicted iteration time per node (0 for a node with no samples).
+    makespan : float
+        The slowest node's predicted time.
+    method : str
+        ``"seed"`` or ``"optimal"``.
+    """
+
+    samples: tuple[int, ...]
+    predicted_seconds: tuple[float, ...]
+    makespan: float
+    method: str
+
+
+# ---------------------------------------------------------------- validation helpers
+def _check_total(total: int) -> int:
+    if isinstance(total, bool) or not isinstance(total, int | np.integer) or total < 0:
+        raise InputError(f"total must be an integer >= 0, got {total!r}")
+    return int(total)
+
+
+def _check_counts(values: Sequence[int], field: str) -> list[int]:
+    out: list[int] = []
+    for i, v in enumerate(values):
+        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 0:
+            raise InputError(f"{field}[{i}] must be an integer >= 0, got {v!r}")
+        out.append(int(v))
+    return out
+
+
+def _check_capacities(capacities: Sequence[int | None] | None, n: int) -> list[float]:
+    """Return capacities as floats (``inf`` for no limit)."""
+    if capacities is None:
+        return [math.inf] * n
+    if len(capacities) != n:
+        raise InputError(f"capacities must have one entry per node ({n}), got {len(capacities)}")
+    out: list[float] = []
+    for i, c in enumerate(capacities):
+        if c is None:
+            out.append(math.inf)
+        elif isinstance(c, bool) or not isinstance(c, int | np.integer) or c < 0:
+            raise InputError(f"capacities[{i}] must be an integer >= 0 or None, got {c!r}")
+        else:
+            out.append(float(c))
+    return out
+
+
+def _check_models(models: Sequence[TimeModel], n: int) -> None:
+    if len(models) != n:
+        raise InputError(f"models must have one TimeModel per node ({n}), got {len(models)}")
+    for i, m in enumerate(models):
+        if not isinstance(m, TimeModel):
+            raise InputError(f"models[{i}] must be a TimeModel, got {type(m).__name__}")
+
+
+# ---------------------------------------------------------------- formula 7
+def _largest_remainder(
+    exact: NDArray[np.float64], total: int, room: NDArray[np.bool_]
+) -> list[int]:
+    """Round ``exact`` (summing to ``total``) to integers summing to ``total``.
+
+    Leftover units go to the largest fractional parts among nodes marked in ``room``
+    (ties to the lower index).
+    """
+    floors = np.floor(exact)
+    left = total - int(floors.sum())
+    out = floors.astype(np.int64)
+    if left > 0:
+        frac = np.where(room, exact - floors, -1.0)
+        order = np.lexsort((np.arange(exact.size), -frac))
+        out[order[:left]] += 1
+    elif left < 0:  # float drift only: take from the smallest fractional parts
+        frac = np.where(out > 0, exact - floors, np.inf)
+        order = np.lexsort((np.arange(exact.size), frac))
+        out[order[:-left]] -= 1
+    return [int(v) for v in out]
+
+
+def initial_shares(
+    total: int,
+    ratios: Sequence[float],
+    capacities: Sequence[int | None] | None = None,
+) -> tuple[int, ...]:
+    """Split ``total`` samples by match ratio (seed formula 7), within capacities.
+
+    Parameters
+    ----------
+    total : int
+        ``F``, the samples to split; ``>= 0``.
+    ratios : sequence of float
+        Match ratio ``m_d`` of each node; finite and ``>= 0``.
+    capacities : sequence of int or None, optional
+        Most samples each node can take (e.g. its local data size); ``None`` for no limit.
+        A node at its limit is filled and the rest is split among the others by ratio.
+
+    Returns
+    -------
+    tuple of int
+        Samples per node, adding up to exactly ``total``; ``|f_d - exact_d| < 1``.
+
+    Raises
+    ------
+    InputError
+        Empty node list, a bad ratio or capacity, ``total < 0``, or nodes with ratio > 0 whose
+        capacities cannot hold ``total``.
+    """
+    total = _check_total(total)
+    n = len(ratios)
+    if n == 0:
+        raise InputError("ratios: the node list is empty; need at least 1 node")
+    m = np.asarray(ratios, dtype=np.float64)
+    for i, v in enumerate(m):
+        if not (math.isfinite(v) and v >= 0):
+            raise InputError(f"ratios[{i}] must be a finite number >= 0, got {ratios[i]}")
+    cap = np.asarray(_check_capacities(capacities, n))
+    if total == 0:
+        return (0,) * n
+    usable = (m > 0) & (cap > 0)
+    held = float(cap[usable].sum())
+    if not usable.any() or held < total:
+        raise InputError(
+            f"capacities: nodes with match ratio > 0 can hold {held:g} samples, fewer than "
+            f"total={total}"
+        )
+    # water-filling: x_d = min(cap_d, lam * m_d); saturate nodes in order of cap_d / m_d
+    idx = np.flatnonzero(usable)
+    thresholds = cap[idx] / m[idx]
+    order = idx[np.argsort(thresholds, kind="stable")]
+    t_sorted = np.sort(thresholds, kind="stable")
+    cum_cap = np.concatenate(([0.0], np.cumsum(cap[order])[:-1]))
+    rest_m = m[order][::-1].cumsum()[::-1]  # sum of ratios of the unsaturated suffix
+    with np.errstate(invalid="ignore", divide="ignore"):
+        lam_i = (total - cum_cap) / rest_m
+    first = int(np.argmax(lam_i <= t_sorted))  # a suffix with lam below every threshold exists
+    exact = np.zeros(n)
+    exact[idx] = np.minimum(cap[idx], lam_i[first] * m[idx])
+    exact = np.minimum(exact, cap)
+    room = usable & (np.floor(exact) < cap)
+    return tuple(_largest_remainder(exact, total, room))
+
+
+# ---------------------------------------------------------------- formula 8
+def fit_time_model(
+    observations: Sequence[tuple[float, float]],
+    prior: TimeModel | None = None,
+    *,
+    min_points: int = MIN_POINTS,
+) -> TimeModel:
+    """Fit ``seconds = k * load + b`` robustly to (load, seconds) observations.
+
+    Uses the Theil-Sen estimator (median of pairwise slopes; tolerates up to ~29% outliers);
+    the intercept is the median residual ``median(seconds - k * load)``, clamped to ``>= 0``
+    (an iteration never takes negative time).
+
+    Parameters
+    ----------
+    observations : sequence of (float, float)
+        ``(load, seconds)`` pairs; loads and seconds finite and ``>= 0``.
+    prior : TimeModel, optional
+        Returned when the data cannot give a usable line: fewer than ``min_points`` distinct
+        loads, or a fitted slope that is not ``> 0``.
+    min_points : int (default: 2)
+        Fewest distinct loads to fit a line through; ``>= 2``.
+
+    Returns
+    -------
+    TimeModel
+        The fitted model, or ``prior``.
+
+    Raises
+    ------
+    InputError
+        A malformed or negative observation, ``min_points < 2``, or no usable fit and no prior.
+    """
+    if min_points < 2:
+        raise InputError(f"min_points must be >= 2, got {min_points}")
+    loads: list[float] = []
+    secs: list[float] = []
+    for i, obs in enumerate(observations):
+        try:
+            load, sec = (float(v) for v in obs)
+        except (TypeError, ValueError):
+            raise InputError(
+                f"observations[{i}] must be a (load, seconds) pair of numbers, got {obs!r}"
+            ) from None
+        if not (math.isfinite(load) and load >= 0 and math.isfinite(sec) and sec >= 0):
+            raise InputError(
+                f"observations[{i}] must have a finite load >= 0 and seconds >= 0, got {obs!r}"
+            )
+        loads.append(load)
+        secs.append(sec)
+    reason = ""
+    if len(set(loads)) < min_points:
+        reason = f"{len(set(loads))} distinct loads < min_points={min_points}"
+    else:
+        from scipy.stats import theilslopes
+
+        x, y = np.asarray(loads), np.asarray(secs)
+        slope = float(theilslopes(y, x).slope)
+        if math.isfinite(slope) and slope > 0:
+            return TimeModel(slope, max(0.0, float(np.median(y - slope * x))))
+        reason = f"fitted slope {slope:g} is not > 0"
+    if prior is None:
+        raise InputError(f"observations: cannot fit a time model ({reason}) and no prior given")
+    logger.debug("time model: %s; using the prior %s", reason, prior)
+    return prior
+
+
+# ---------------------------------------------------------------- timing
+def predicted_times(shares: Sequence[int], models: Sequence[TimeModel]) -> tuple[float, ...]:
+    """Predicted seconds per node: ``k * f + b`` for ``f >= 1``, 0 for an idle node."""
+    f = _check_counts(shares, "shares")
+    _check_models(models, len(f))
+    return tuple(m.predict(v) if v > 0 else 0.0 for v, m in zip(f, models, strict=True))
+
+
+def predicted_makespan(shares: Sequence[int], models: Sequence[TimeModel]) -> float:
+    """Predicted time of the slowest node that has samples (0 when none has).
+
+    Parameters
+    ----------
+    shares : sequence of int
+        Samples per node.
+    models : sequence of TimeModel
+        One time model per node.
+    """
+    return max(predicted_times(shares, models), default=0.0)
+
+
+# ---------------------------------------------------------------- formula 9
+def _seed_step(
+    t_s: float, t_g: float, s: TimeModel, g: TimeModel, f_s: int, f_g: int, room_g: float
+) -> int:
+    """Return the samples to move from the slowest node s to the fastest g (0: none helps).
+
+    ``delta = (T_s - T_g) / (k_s + k_g)`` rounded to whichever neighbouring integer leaves the
+    smaller gap ``|T_g' - T_s'|`` (seed formula 9), within ``[1, min(f_s, room_g)]``; kept
+    only when both nodes then finish before ``T_s``.
+    """
+    delta = (t_s - t_g) / (s.k + g.k)
+    if delta <= 0:
+        return 0
+    limit = min(f_s, room_g)
+    best: tuple[float, int] | None = None
+    for raw in {math.floor(delta), math.ceil(delta)}:
+        step = int(min(max(raw, 1), limit))
+        gap = abs(g.predict(f_g + step) - s.predict(f_s - step))
+        if best is None or (gap, step) < best:
+            best = (gap, step)
+    if best is None:
+        return 0
+    step = best[1]
+    new_s = s.predict(f_s - step) if f_s > step else 0.0
+    return step if max(new_s, g.predict(f_g + step)) < t_s else 0
+
+
+class _Heaps:
+    """Slowest loaded node and fastest node with room, under changing loads (lazy deletion)."""
+
+    def __init__(self, f: list[int], models: Sequence[TimeModel], cap: list[float]) -> None:
+        self.f, self.models, self.cap = f, models, cap
+        self.ver = [0] * len(f)
+        self.slow: list[tuple[float, int, int]] = []  # (-time, node, version): loaded nodes
+        self.fast: list[tuple[float, int, int]] = []  # (time after taking work, node, version)
+        for d in range(len(f)):
+            self.push(d)
+
+    def push(self, d: int) -> None:
+        self.ver[d] += 1
+        t = self.models[d].predict(self.f[d])
+        if self.f[d] > 0:
+            heapq.heappush(self.slow, (-t, d, self.ver[d]))
+        if self.f[d] < self.cap[d]:
+            heapq.heappush(self.fast, (t, d, self.ver[d]))
+
+    def _top(self, heap: list[tuple[float, int, int]]) -> tuple[float, int, int] | None:
+        while heap and heap[0][2] != self.ver[heap[0][1]]:
+            heapq.heappop(heap)
+        return heap[0] if heap else None
+
+    def slowest(self) -> tuple[float, int] | None:
+        top = self._top(self.slow)
+        return None if top is None else (-top[0], top[1])
+
+    def fastest_except(self, s: int) -> tuple[float, int] | None:
+        top = self._top(self.fast)
+        if top is None or top[1] != s:
+            return None if top is None else (top[0], top[1])
+        held = heapq.heappop(self.fast)
+        top = self._top(self.fast)
+        heapq.heappush(self.fast, held)
+        return None if top is None else (top[0], top[1])
+
+
+def _seed_rebalance(
+    f: list[int], models: Sequence[TimeModel], cap: list[float], max_moves: int
+) -> list[int]:
+    """Move samples from the slowest to the fastest node while the pair finishes earlier."""
+    heaps = _Heaps(f, models, cap)
+    for _ in range(max_moves):
+        slowest = heaps.slowest()
+        fastest = None if slowest is None else heaps.fastest_except(slowest[1])
+        if slowest is None or fastest is None:
+            return f
+        (t_s, s), (t_g, g) = slowest, fastest
+        step = _seed_step(t_s, t_g, models[s], models[g], f[s], f[g], cap[g] - f[g])
+        if step == 0:
+            return f
+        f[s] -= step
+        f[g] += step
+        heaps.push(s)
+        heaps.push(g)
+    logger.log(WARNING, "seed rebalancing stopped after %s moves (limit)", max_moves)
+    return f
+
+
+def _equal_finish_time(total: int, models: Sequence[TimeModel], cap: list[float]) -> float:
+    """Smallest ``T`` with ``sum_d clip((T - b_d) / k_d, 0, cap_d) >= total`` (sweep)."""
+    if total == 0:
+        return 0.0
+    events: list[tuple[float, float]] = []  # (time, change of slope d(sum f)/dT)
+    for m, c in zip(models, cap, strict=True):
+        if c <= 0:
+            continue
+        events.append((m.b, 1.0 / m.k))
+        if math.isfinite(c):
+            events.append((m.b + m.k * c, -1.0 / m.k))
+    events.sort()
+    load, slope, t_prev = 0.0, 0.0, events[0][0]
+    goal = total * (1.0 - 1e-12)  # tolerate float drift in the running sum
+    for t, ds in events:
+        reach = load + slope * (t - t_prev)
+        if slope > 0 and reach >= goal:
+            return t_prev + max(0.0, total - load) / slope
+        load, t_prev = reach, t
+        slope += ds
+    return t_prev + max(0.0, total - load) / slope if slope > 0 else t_prev
+
+
+def _optimal_rebalance(total: int, models: Sequence[TimeModel], cap: list[float]) -> list[int]:
+    """Integer loads of least makespan (see the module docstring)."""
+    t_star = _equal_finish_time(total, models, cap)
+    f = [
+        int(min(c, math.floor(max(0.0, (t_star - m.b) / m.k))))
+        for m, c in zip(models, cap, strict=True)
+    ]
+    left = total - sum(f)
+    if left > 0:
+        heap = [(m.k * (v + 1) + m.b, d) for d, (m, v) in enumerate(zip(models, f, strict=True))]
+        heap = [e for e in heap if f[e[1]] < cap[e[1]]]
+        heapq.heapify(heap)
+        for _ in range(left):
+            _, d = heapq.heappop(heap)
+            f[d] += 1
+            if f[d] < cap[d]:
+                heapq.heappush(heap, (models[d].k * (f[d] + 1) + models[d].b, d))
+    elif left < 0:  # float drift only: take samples back from the latest finishers
+        back = [(-(m.k * v + m.b), d) for d, (m, v) in enumerate(zip(models, f, strict=True)) if v]
+        heapq.heapify(back)
+        for _ in range(-left):
+            _, d = heapq.heappop(back)
+            f[d] -= 1
+            if f[d] > 0:
+                heapq.heappush(back, (-(models[d].k * f[d] + models[d].b), d))
+    return f
+
+
+def rebalance(
+    shares: Sequence[int],
+    models: Sequence[TimeModel],
+    *,
+    method: Method = "seed",
+    capacities: Sequence[int | None] | None = None,
+    max_moves: int | None = None,
+) -> Allocation:
+    """Rebalance sample shares so that the nodes finish an iteration together.
+
+    Parameters
+    ----------
+    shares : sequence of int
+        Current samples per node (e.g. from :func:`initial_shares`); their sum ``F`` is kept.
+    models : sequence of TimeModel
+        One time model per node.
+    method : {"seed", "optimal"} (default: "seed")
+        ``"seed"``: the seed's slowest-to-fastest transfers (formula 9), starting from
+        ``shares``. ``"optimal"``: the least makespan over all integer splits of ``F``
+        (``shares`` only gives ``F``).
+    capacities : sequence of int or None, optional
+        Most samples each node can take; ``None`` for no limit.
+    max_moves : int, optional
+        Limit on the seed method's transfers (default ``100 * n + 1000``).
+
+    Returns
+    -------
+    Allocation
+        Samples, predicted seconds per node and the makespan.
+
+    Raises
+    ------
+    InputError
+        Empty node list, mismatched lengths, an unknown method, a negative share, or a share
+        above its node's capacity.
+    """
+    if method not in METHODS:
+        raise InputError(f"method must be one of {METHODS}, got {method!r}")
+    f = _check_counts(shares, "shares")
+    if not f:
+        raise InputError("shares: the node list is empty; need at least 1 node")
+    _check_models(models, len(f))
+    cap = _check_capacities(capacities, len(f))
+    for i, (v, c) in enumerate(zip(f, cap, strict=True)):
+        if v > c:
+            raise InputError(f"shares[{i}]={v} exceeds capacities[{i}]={int(c)}")
+    if method == "seed":
+        limit = 100 * len(f) + 1000 if max_moves is None else max_moves
+        out = _seed_rebalance(list(f), models, cap, limit)
+    else:
+        out = _optimal_rebalance(sum(f), models, cap)
+    times = predicted_times(out, models)
+    return Allocation(tuple(out), times, max(times, default=0.0), method)

@@ -1,0 +1,387 @@
+"""Distorted radar chart and match ratio (seed 000, claims 5-6; DESIGN.md steps 5-6).
+
+Each compute node has one resource evaluation per axis (seed formula 4), in the seed's order
+:data:`AXES` = C (CPU), G (GPU), M (memory), D (disk).
+
+Geometry
+--------
+1. **Standardise** each axis over the nodes: ``s[d, r] = N[d, r] / max_d' N[d', r]``
+   (an axis on which every node scores 0 stays 0).
+2. **Axes in the chart.** An axis on which no node scores above zero is left out (a CPU-only
+   federation has no G axis). An axis whose length is zero (see 3) is left out too: it
+   cannot hold any area. The ``k`` remaining axes keep the seed's relative order and are
+   spread evenly, ``2*pi/k`` apart (the seed's 90 degrees when ``k = 4``; a triangle, 120
+   degrees apart, when one axis is left out).
+3. **Distortion.** Compute axes (C, G) have length ``p_c`` (the model's compute-intensive
+   operator share), storage axes (M, D) length ``p_m = 1 - p_c``.
+4. **Areas.** A node's polygon has its vertex on axis ``i`` at radius ``a_i = s_i * L_i``; with
+   ``k >= 3`` evenly spread axes its area is ``sin(2*pi/k)/2 * sum_i a_i * a_(i+1)`` (cyclic),
+   and the chart's own area is the same sum over the axis lengths ``L_i``.
+5. **Match ratio** (seed formula 6): ``m = S_node / S_radar`` in ``[0, 1]``. With all four axes
+   and ``p_c + p_m = 1`` this is the closed form of DESIGN.md,
+   ``m = p_c^2 s_C s_G + p_c p_m (s_G s_M + s_D s_C) + p_m^2 s_M s_D``.
+
+Degenerate charts (fewer than three axes; our decision, the seed does not cover them)
+    Two axes spread evenly would lie on one line (zero area for everyone), so two remaining
+    axes are drawn 90 degrees apart: the polygon is the right triangle on the two vertices
+    and ``m = s_1 * s_2``, which is also what the cyclic-sum formula gives. A single
+    remaining axis has no area: ``m = s`` (the ratio of lengths). No axis at all (every
+    evaluation is zero) is an :class:`~flower_edge.errors.InputError`.
+
+Order-invariant variant
+    The area depends on which axes are neighbours. Averaging both areas over every cyclic
+    order of the ``k`` axes, each pair of axes is adjacent equally often, so
+    ``m = sum_{i<j} a_i a_j / sum_{i<j} L_i L_j`` (ratio of the mean areas).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from flower_edge.errors import InputError
+
+__all__ = [
+    "AXES",
+    "RadarChart",
+    "match_ratios",
+    "plot_radar",
+    "polygon_area",
+    "radar_chart",
+    "standardise",
+]
+
+#: resource axes in the seed's order: C, G, M, D
+AXES: tuple[str, str, str, str] = ("cpu", "gpu", "memory", "disk")
+_COMPUTE_AXES = frozenset({"cpu", "gpu"})
+
+
+def _check_evaluations(evaluations: ArrayLike) -> NDArray[np.float64]:
+    """Return ``evaluations`` as a float array ``(n_nodes, 4)`` or raise :class:`InputError`."""
+    arr = np.asarray(evaluations, dtype=np.float64)
+    if arr.ndim != 2 or arr.shape[1] != len(AXES):
+        raise InputError(
+            f"evaluations must have shape (n_nodes, {len(AXES)}) with columns {AXES}, "
+            f"got shape {arr.shape}"
+        )
+    if arr.shape[0] == 0:
+        raise InputError("evaluations: the node list is empty; need at least 1 node")
+    if not np.all(np.isfinite(arr)):
+        bad = np.argwhere(~np.isfinite(arr))[0]
+        raise InputError(
+            f"evaluations[{bad[0]}][{AXES[bad[1]]!r}] must be a finite number >= 0, "
+            f"got {arr[bad[0], bad[1]]}"
+        )
+    if np.any(arr < 0):
+        bad = np.argwhere(arr < 0)[0]
+        raise InputError(
+            f"evaluations[{bad[0]}][{AXES[bad[1]]!r}] must be >= 0, got {arr[bad[0], bad[1]]}"
+        )
+    return arr
+
+
+def _check_share(compute_share: float) -> float:
+    p_c = float(compute_share)
+    if not (math.isfinite(p_c) and 0.0 <= p_c <= 1.0):
+        raise InputError(f"compute_share must be in [0, 1], got {compute_share}")
+    return p_c
+
+
+def standardise(evaluations: ArrayLike) -> NDArray[np.float64]:
+    """Standardise resource evaluations per axis over the nodes.
+
+    Parameters
+    ----------
+    evaluations : array-like, shape (n_nodes, 4)
+        Resource evaluations ``N`` (seed formula 4), columns in :data:`AXES` order; finite
+        and ``>= 0``.
+
+    Returns
+    -------
+    numpy.ndarray, shape (n_nodes, 4)
+        ``s[d, r] = N[d, r] / max_d' N[d', r]`` in ``[0, 1]``; 0 on an axis where every node
+        scores 0.
+
+    Raises
+    ------
+    InputError
+        Wrong shape, no node, or a NaN, infinite or negative evaluation.
+    """
+    arr = _check_evaluations(evaluations)
+    top = arr.max(axis=0)
+    out: NDArray[np.float64] = np.zeros_like(arr)
+    present = top > 0
+    out[:, present] = arr[:, present] / top[present]
+    return out
+
+
+def polygon_area(radii: Sequence[float], angles: Sequence[float]) -> float:
+    """Area of the polygon with one vertex per axis, by the shoelace formula.
+
+    Parameters
+    ----------
+    radii : sequence of float
+        Distance of each vertex from the centre, along its axis.
+    angles : sequence of float
+        Angle of each axis in radians, in drawing order.
+
+    Returns
+    -------
+    float
+        The (unsigned) area; 0 for fewer than three vertices.
+    """
+    r = np.asarray(radii, dtype=np.float64)
+    a = np.asarray(angles, dtype=np.float64)
+    if r.shape != a.shape:
+        raise InputError(f"radii and angles must have the same length, got {r.shape} and {a.shape}")
+    if r.size < 3:
+        return 0.0
+    x, y = r * np.cos(a), r * np.sin(a)
+    return float(abs(np.dot(x, np.roll(y, -1)) - np.dot(y, np.roll(x, -1))) / 2.0)
+
+
+@dataclass(frozen=True)
+class RadarChart:
+    """The distorted radar chart of a set of nodes.
+
+    Attributes
+    ----------
+    axes : tuple of str
+        Axes in the chart, in the seed's order (those left out are absent).
+    lengths : tuple of float
+        Length of each axis: ``p_c`` for cpu/gpu, ``p_m`` for memory/disk.
+    angles : tuple of float
+        Angle of each axis in radians (evenly spread; 90 degrees apart when two remain).
+    scores : numpy.ndarray, shape (n_nodes, 4)
+        Standardised scores on all four :data:`AXES` (left-out axes included, all 0).
+    compute_share : float
+        ``p_c``.
+    """
+
+    axes: tuple[str, ...]
+    lengths: tuple[float, ...]
+    angles: tuple[float, ...]
+    scores: NDArray[np.float64]
+    compute_share: float
+
+    @property
+    def memory_share(self) -> float:
+        """``p_m = 1 - p_c``."""
+        return 1.0 - self.compute_share
+
+    def radii(self) -> NDArray[np.float64]:
+        """Vertex radii ``s * L`` of every node on the chart's axes, shape (n_nodes, k)."""
+        idx = [AXES.index(a) for a in self.axes]
+        out: NDArray[np.float64] = self.scores[:, idx] * np.asarray(self.lengths)
+        return out
+
+
+def radar_chart(evaluations: ArrayLike, compute_share: float) -> RadarChart:
+    """Build the distorted radar chart of the nodes (see the module docstring).
+
+    Parameters
+    ----------
+    evaluations : array-like, shape (n_nodes, 4)
+        Resource evaluations, columns in :data:`AXES` order.
+    compute_share : float
+        ``p_c`` in ``[0, 1]``, the model's compute-intensive operator share.
+
+    Raises
+    ------
+    InputError
+        Bad evaluations (see :func:`standardise`), ``compute_share`` outside ``[0, 1]``, or no
+        axis left in the chart (every evaluation is 0 on the axes of non-zero length).
+    """
+    scores = standardise(evaluations)
+    p_c = _check_share(compute_share)
+    p_m = 1.0 - p_c
+    axes: list[str] = []
+    lengths: list[float] = []
+    for j, name in enumerate(AXES):
+        length = p_c if name in _COMPUTE_AXES else p_m
+        if length > 0 and scores[:, j].max() > 0:
+            axes.append(name)
+            lengths.append(length)
+    if not axes:
+        raise InputError(
+            "evaluations: no node scores above zero on any resource axis of non-zero length "
+            f"(compute_share={p_c}); need at least one evaluation > 0"
+        )
+    k = len(axes)
+    step = math.pi / 2 if k <= 2 else 2 * math.pi / k
+    angles = tuple(math.pi / 2 - i * step for i in range(k))  # first axis up, clockwise
+    return RadarChart(tuple(axes), tuple(lengths), angles, scores, p_c)
+
+
+def _cyclic_pair_sum(values: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``sum_i v_i * v_(i+1)`` over cyclic neighbours, along the last axis (k >= 3)."""
+    out: NDArray[np.float64] = np.sum(values * np.roll(values, -1, axis=-1), axis=-1)
+    return out
+
+
+def _all_pair_sum(values: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``sum_{i<j} v_i * v_j`` along the last axis."""
+    total = values.sum(axis=-1)
+    out: NDArray[np.float64] = (total * total - np.sum(values * values, axis=-1)) / 2.0
+    return out
+
+
+def match_ratios(
+    evaluations: ArrayLike, compute_share: float, *, order_invariant: bool = False
+) -> NDArray[np.float64]:
+    """Match ratio of each node to the model, ``m = S_node / S_radar`` (seed formula 6).
+
+    Parameters
+    ----------
+    evaluations : array-like, shape (n_nodes, 4)
+        Resource evaluations ``N`` (seed formula 4), columns in :data:`AXES` order.
+    compute_share : float
+        ``p_c`` in ``[0, 1]``; storage axes get ``p_m = 1 - p_c``.
+    order_invariant : bool (default: False)
+        Average both areas over every cyclic order of the axes instead of the seed's order.
+
+    Returns
+    -------
+    numpy.ndarray, shape (n_nodes,)
+        Match ratios in ``[0, 1]``.
+
+    Raises
+    ------
+    InputError
+        See :func:`radar_chart`.
+    """
+    chart = radar_chart(evaluations, compute_share)
+    radii = chart.radii()
+    lengths = np.asarray(chart.lengths)
+    k = len(chart.axes)
+    ratios: NDArray[np.float64]
+    if k == 1:
+        ratios = radii[:, 0] / lengths[0]
+    elif k == 2 or order_invariant:
+        ratios = _all_pair_sum(radii) / float(_all_pair_sum(lengths))
+    else:
+        ratios = _cyclic_pair_sum(radii) / float(_cyclic_pair_sum(lengths))
+    return np.clip(ratios, 0.0, 1.0)
+
+
+def plot_radar(
+    evaluations: ArrayLike,
+    compute_share: float,
+    labels: Sequence[str],
+    path: str | Path,
+) -> Path:
+    """Draw every node's polygon on the distorted radar chart and save it as a PNG.
+
+    Up to 12 nodes each get a colour and a legend entry with its match ratio; beyond that,
+    polygons are coloured by match ratio on a colour bar, the best and worst nodes labelled.
+
+    Parameters
+    ----------
+    evaluations : array-like, shape (n_nodes, 4)
+        Resource evaluations, columns in :data:`AXES` order.
+    compute_share : float
+        ``p_c`` in ``[0, 1]``.
+    labels : sequence of str
+        One label (node id) per node.
+    path : str or pathlib.Path
+        Output file (PNG); its folder must exist.
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
+
+    Raises
+    ------
+    InputError
+        Bad evaluations or share, or a label count that differs from the node count.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import Normalize
+
+    chart = radar_chart(evaluations, compute_share)
+    ratios = match_ratios(evaluations, compute_share)
+    n = chart.scores.shape[0]
+    if len(labels) != n:
+        raise InputError(f"labels must have one entry per node ({n}), got {len(labels)}")
+    out = Path(path)
+    angles = np.asarray(chart.angles)
+    lengths = np.asarray(chart.lengths)
+    radii = chart.radii()
+
+    def ring(x: NDArray[np.float64], y: NDArray[np.float64]) -> tuple[list[float], list[float]]:
+        # closed outline; with two axes the polygon is the right triangle through the centre
+        px, py = list(map(float, x)), list(map(float, y))
+        if len(px) == 2:
+            px, py = [*px, 0.0], [*py, 0.0]
+        return [*px, px[0]], [*py, py[0]]
+
+    fig, ax = plt.subplots(figsize=(7.5, 6.5), dpi=110)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    # the chart: axes and the outer (distorted) polygon
+    for angle, length, name in zip(angles, lengths, chart.axes, strict=True):
+        x, y = length * math.cos(angle), length * math.sin(angle)
+        ax.plot([0, x], [0, y], color="0.55", lw=1.0)
+        ax.annotate(
+            f"{name}\n(L={length:.2f})",
+            (x, y),
+            xytext=(1.13 * x, 1.13 * y),
+            ha="center",
+            va="center",
+            fontsize=9,
+        )
+    ox, oy = lengths * np.cos(angles), lengths * np.sin(angles)
+    ax.fill(*ring(ox, oy), color="0.92", zorder=0)
+    ax.plot(*ring(ox, oy), color="0.4", lw=1.2, ls="--")
+    for frac in (0.25, 0.5, 0.75):
+        ax.plot(*ring(frac * ox, frac * oy), color="0.8", lw=0.5)
+
+    xs, ys = radii * np.cos(angles), radii * np.sin(angles)
+    if n <= 12:
+        cmap = plt.get_cmap("tab10" if n <= 10 else "tab20")
+        for d in range(n):
+            ax.plot(
+                *ring(xs[d], ys[d]),
+                color=cmap(d),
+                lw=1.6,
+                marker="o",
+                ms=3,
+                label=f"{labels[d]}  m={ratios[d]:.3f}",
+            )
+            ax.fill(*ring(xs[d], ys[d]), color=cmap(d), alpha=0.12)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    else:
+        cmap = plt.get_cmap("viridis")
+        top = float(ratios.max()) or 1.0
+        order = np.argsort(ratios)  # best drawn last, on top
+        for d in order:
+            ax.plot(*ring(xs[d], ys[d]), color=cmap(ratios[d] / top), lw=0.8, alpha=0.7)
+        sm = plt.cm.ScalarMappable(cmap=cmap, norm=Normalize(0.0, top))
+        fig.colorbar(sm, ax=ax, shrink=0.7, label="match ratio m")
+        for d, tag in ((int(order[-1]), "best"), (int(order[0]), "worst")):
+            ax.annotate(
+                f"{tag}: {labels[d]} (m={ratios[d]:.3f})",
+                (xs[d, 0], ys[d, 0]),
+                fontsize=8,
+                xytext=(5, -12 if tag == "worst" else 5),
+                textcoords="offset points",
+            )
+    lim = 1.3 * float(lengths.max())
+    ax.set_xlim(-lim, lim)
+    ax.set_ylim(-lim, lim)
+    ax.set_title(
+        f"Distorted radar, {n} nodes  (p_c={chart.compute_share:.2f}, p_m={chart.memory_share:.2f})"
+    )
+    fig.tight_layout()
+    fig.savefig(out, format="png")
+    plt.close(fig)
+    return out

@@ -1,0 +1,269 @@
+"""Sample allocation (seed formulas 7-9) against hand computations and exhaustive search."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flower_edge.allocation import (
+    Allocation,
+    TimeModel,
+    _equal_finish_time,
+    fit_time_model,
+    initial_shares,
+    predicted_makespan,
+    rebalance,
+)
+from flower_edge.errors import InputError
+
+
+# ---------------------------------------------------------------- references
+def compositions(total: int, n: int, caps: Sequence[float]) -> Iterator[tuple[int, ...]]:
+    """Every split of ``total`` into ``n`` non-negative integers within ``caps``."""
+    for cut in itertools.combinations(range(total + n - 1), n - 1):
+        parts = np.diff((-1, *cut, total + n - 1)) - 1
+        if all(p <= c for p, c in zip(parts, caps, strict=True)):
+            yield tuple(int(p) for p in parts)
+
+
+def brute_makespan(total: int, models: Sequence[TimeModel], caps: Sequence[float]) -> float:
+    return min(predicted_makespan(f, models) for f in compositions(total, len(models), caps))
+
+
+def exact_shares(total: int, ratios: Sequence[float], caps: Sequence[float]) -> np.ndarray:
+    """Water-filling by bisection on lambda: x_d = min(cap_d, lam * m_d), sum = total."""
+    m, c = np.asarray(ratios, float), np.asarray(caps, float)
+    lo, hi = 0.0, 1.0
+    while np.minimum(c, hi * m).sum() < total:
+        hi *= 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if np.minimum(c, mid * m).sum() < total else (lo, mid)
+    return np.minimum(c, hi * m)
+
+
+# ---------------------------------------------------------------- formula 7
+def test_initial_shares_by_hand() -> None:
+    # exact 1.667, 3.333, 5 -> floors 1, 3, 5, the leftover to the largest remainder
+    assert initial_shares(10, [1, 2, 3]) == (2, 3, 5)
+    assert initial_shares(0, [1, 2, 3]) == (0, 0, 0)
+    # node 1 can hold 1: the remaining 9 split 1 : 3 -> 2.25, 6.75 -> 2, 7
+    assert initial_shares(10, [1, 2, 3], [None, 1, None]) == (2, 1, 7)
+    # a zero-capacity node and a zero-ratio node get nothing
+    assert initial_shares(7, [1, 5, 0], [None, 0, 4]) == (7, 0, 0)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_initial_shares_match_rounding_brute_force(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 5))
+    total = int(rng.integers(0, 13))
+    ratios = rng.uniform(0.0, 1.0, n)
+    caps = [math.inf] * n
+    if seed % 2:
+        caps = [float(c) for c in rng.integers(1, total + 2, n)]
+        caps[0] = math.inf
+    exact = exact_shares(total, ratios, caps) if total else np.zeros(n)
+    got = initial_shares(total, ratios, [None if math.isinf(c) else int(c) for c in caps])
+    assert sum(got) == total
+    assert np.all(np.abs(np.asarray(got) - exact) < 1)
+    best = min(float(np.sum((np.asarray(f) - exact) ** 2)) for f in compositions(total, n, caps))
+    assert float(np.sum((np.asarray(got) - exact) ** 2)) == pytest.approx(best, abs=1e-9)
+
+
+def test_initial_shares_large() -> None:
+    rng = np.random.default_rng(0)
+    ratios = rng.uniform(0, 1, 10_000)
+    caps = rng.integers(0, 200, 10_000)
+    got = np.asarray(initial_shares(500_000, ratios, [int(c) for c in caps]))
+    assert got.sum() == 500_000
+    assert np.all(got <= caps)
+    exact = exact_shares(500_000, ratios, caps)
+    assert np.max(np.abs(got - exact)) < 1
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        ((-1, [1.0]), r"total must be an integer >= 0, got -1"),
+        ((5, []), "node list is empty"),
+        ((5, [1.0, float("nan")]), r"ratios\[1\] must be a finite number >= 0"),
+        ((5, [1.0, -0.5]), r"ratios\[1\] must be a finite number >= 0"),
+        ((5, [0.0, 0.0]), r"can hold 0 samples, fewer than total=5"),
+        ((5, [1.0, 1.0], [2, 2]), r"can hold 4 samples, fewer than total=5"),
+        ((5, [1.0, 1.0], [2, -1]), r"capacities\[1\] must be an integer >= 0 or None"),
+        ((5, [1.0, 1.0], [2]), r"capacities must have one entry per node \(2\), got 1"),
+    ],
+)
+def test_initial_shares_bad_input(args: tuple[object, ...], match: str) -> None:
+    with pytest.raises(InputError, match=match):
+        initial_shares(*args)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- formula 8
+def test_time_model_predicts_and_validates() -> None:
+    assert TimeModel(0.5, 2.0).predict(10) == 7.0
+    with pytest.raises(InputError, match=r"TimeModel.k must be a finite number > 0, got 0"):
+        TimeModel(0.0, 1.0)
+    with pytest.raises(InputError, match=r"TimeModel.b must be a finite number >= 0"):
+        TimeModel(1.0, -1.0)
+
+
+def test_fit_exact_line() -> None:
+    obs = [(10.0, 3.0), (20.0, 5.0), (40.0, 9.0)]
+    fit = fit_time_model(obs)
+    assert fit.k == pytest.approx(0.2)
+    assert fit.b == pytest.approx(1.0)
+
+
+def test_fit_ignores_an_outlier() -> None:
+    obs = [(float(x), 0.1 * x + 2.0) for x in range(10, 110, 10)]
+    obs[4] = (50.0, 60.0)  # a stall
+    fit = fit_time_model(obs)
+    assert fit.k == pytest.approx(0.1)
+    assert fit.b == pytest.approx(2.0)
+    # least squares is dragged far off by the same point
+    x, y = np.asarray(obs).T
+    assert abs(np.polyfit(x, y, 1)[0] - 0.1) > 0.02
+
+
+def test_fit_falls_back_to_prior() -> None:
+    prior = TimeModel(0.3, 1.0)
+    assert fit_time_model([], prior) is prior
+    assert fit_time_model([(10.0, 4.0), (10.0, 5.0)], prior) is prior  # one distinct load
+    assert fit_time_model([(10.0, 4.0), (20.0, 3.0)], prior) is prior  # slope < 0
+    assert fit_time_model([(10.0, 4.0), (20.0, 5.0)], prior, min_points=3) is prior
+    assert fit_time_model([(10.0, 4.0), (20.0, 5.0)], prior).k == pytest.approx(0.1)
+
+
+def test_fit_clamps_negative_intercept() -> None:
+    fit = fit_time_model([(10.0, 0.5), (20.0, 1.5)])
+    assert fit.k == pytest.approx(0.1)
+    assert fit.b == 0.0
+
+
+@pytest.mark.parametrize(
+    ("obs", "match"),
+    [
+        ([(1.0, 2.0)], r"cannot fit a time model \(1 distinct loads < min_points=2\)"),
+        ([(1.0, 2.0), (2.0, 1.0)], r"fitted slope -1 is not > 0"),
+        ([(1.0, float("nan"))], r"observations\[0\] must have a finite load >= 0"),
+        ([(1.0, 2.0), (-1.0, 2.0)], r"observations\[1\] must have a finite load >= 0"),
+        ([(1.0,)], r"observations\[0\] must be a \(load, seconds\) pair"),
+    ],
+)
+def test_fit_bad_input(obs: list[tuple[float, ...]], match: str) -> None:
+    with pytest.raises(InputError, match=match):
+        fit_time_model(obs)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- formula 9
+def test_predicted_makespan_ignores_idle_nodes() -> None:
+    models = [TimeModel(1.0, 5.0), TimeModel(2.0, 0.5)]
+    assert predicted_makespan([0, 3], models) == 6.5
+    assert predicted_makespan([1, 3], models) == 6.5
+    assert predicted_makespan([2, 3], models) == 7.0
+    assert predicted_makespan([0, 0], models) == 0.0
+
+
+def test_seed_transfer_by_hand() -> None:
+    # T_s = 2*10 + 0 = 20, T_f = 1*2 + 0 = 2: delta = 18 / 3 = 6 -> (4 samples, 8 s) both
+    models = [TimeModel(2.0, 0.0), TimeModel(1.0, 0.0)]
+    alloc = rebalance([10, 2], models, method="seed")
+    assert alloc == Allocation((4, 8), (8.0, 8.0), 8.0, "seed")
+
+
+def test_seed_rounds_delta_to_smaller_gap() -> None:
+    # T_s = 10, T_f = 1 (b=1, f=0 would be idle: give it 1 sample -> 2): delta = (10-2)/2 = 4
+    models = [TimeModel(1.0, 0.0), TimeModel(1.0, 1.0)]
+    alloc = rebalance([10, 1], models, method="seed")
+    # moves of 4 -> (6, 5): times 6, 6
+    assert alloc.samples == (6, 5)
+    assert alloc.makespan == 6.0
+
+
+def test_seed_stops_when_transfer_does_not_help() -> None:
+    # the fastest node's fixed cost is above the slowest's time: nothing moves
+    models = [TimeModel(1.0, 0.0), TimeModel(1.0, 50.0)]
+    alloc = rebalance([10, 0], models, method="seed")
+    assert alloc.samples == (10, 0)
+    assert alloc.predicted_seconds == (10.0, 0.0)
+
+
+def test_optimal_continuous_time_matches_design_formula() -> None:
+    rng = np.random.default_rng(2)
+    ks, bs = rng.uniform(0.01, 0.1, 6), rng.uniform(0.0, 1.0, 6)
+    models = [TimeModel(float(k), float(b)) for k, b in zip(ks, bs, strict=True)]
+    total = 10_000  # large enough that no node drops out
+    t_star = (total + np.sum(bs / ks)) / np.sum(1 / ks)
+    assert _equal_finish_time(total, models, [math.inf] * 6) == pytest.approx(t_star)
+    alloc = rebalance([total] + [0] * 5, models, method="optimal")
+    assert sum(alloc.samples) == total
+    # the integer optimum lies between the continuous one and one more sample on the slowest
+    assert t_star - 1e-9 <= alloc.makespan <= t_star + float(ks.max())
+
+
+def test_optimal_drops_node_with_large_offset() -> None:
+    models = [TimeModel(1.0, 0.0), TimeModel(1.0, 0.0), TimeModel(0.01, 100.0)]
+    alloc = rebalance([4, 4, 4], models, method="optimal")
+    assert alloc.samples == (6, 6, 0)
+    assert alloc.makespan == 6.0
+
+
+def test_capacities_respected() -> None:
+    models = [TimeModel(0.1, 0.0), TimeModel(1.0, 0.0)]
+    for method in ("seed", "optimal"):
+        alloc = rebalance([3, 7], models, method=method, capacities=[5, None])  # type: ignore[arg-type]
+        assert alloc.samples == (5, 5)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    data=st.data(),
+    n=st.integers(1, 4),
+    total=st.integers(0, 9),
+)
+def test_optimal_equals_exhaustive_and_beats_seed(data: st.DataObject, n: int, total: int) -> None:
+    ks = data.draw(st.lists(st.floats(0.05, 5.0), min_size=n, max_size=n))
+    bs = data.draw(st.lists(st.floats(0.0, 10.0), min_size=n, max_size=n))
+    models = [TimeModel(k, b) for k, b in zip(ks, bs, strict=True)]
+    caps_raw = data.draw(st.lists(st.none() | st.integers(0, 9), min_size=n, max_size=n))
+    caps = [math.inf if c is None else float(c) for c in caps_raw]
+    assume_total = min(total, int(sum(min(c, total) for c in caps)))
+    start = next(compositions(assume_total, n, caps))
+    opt = rebalance(start, models, method="optimal", capacities=caps_raw)
+    seed = rebalance(start, models, method="seed", capacities=caps_raw)
+    best = brute_makespan(assume_total, models, caps)
+    assert sum(opt.samples) == sum(seed.samples) == assume_total
+    assert all(f <= c for f, c in zip(opt.samples, caps, strict=True))
+    assert all(f <= c for f, c in zip(seed.samples, caps, strict=True))
+    assert opt.makespan == pytest.approx(best, rel=1e-9, abs=1e-12)
+    assert opt.makespan <= seed.makespan + 1e-9
+    assert seed.makespan <= predicted_makespan(start, models) + 1e-9
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"shares": [], "models": []}, "node list is empty"),
+        ({"shares": [1], "models": []}, r"models must have one TimeModel per node \(1\), got 0"),
+        ({"shares": [-1], "models": [TimeModel(1, 0)]}, r"shares\[0\] must be an integer >= 0"),
+        (
+            {"shares": [3, 1], "models": [TimeModel(1, 0)] * 2, "capacities": [2, None]},
+            r"shares\[0\]=3 exceeds capacities\[0\]=2",
+        ),
+        (
+            {"shares": [1], "models": [TimeModel(1, 0)], "method": "greedy"},
+            r"method must be one of \('seed', 'optimal'\), got 'greedy'",
+        ),
+    ],
+)
+def test_rebalance_bad_input(kwargs: dict[str, object], match: str) -> None:
+    with pytest.raises(InputError, match=match):
+        rebalance(**kwargs)  # type: ignore[arg-type]
