@@ -1,0 +1,221 @@
+"""Results of simulation runs: typed records, the JSON contract, summaries and output folders.
+
+JSON contract of ``flower-edge simulate --json`` (one object per run; a list for
+``--strategy all``)::
+
+    {"scenario": str, "strategy": str, "seed": int, "clients": int,
+     "target_accuracy": float, "time_to_target": float | null (virtual seconds),
+     "final_accuracy": float, "rounds": int, "abandoned_jobs": int,
+     "wasted_compute_fraction": float, "wall_seconds": float,
+     "history": [{"virtual_time": float, "round": int, "accuracy": float,
+                  "participants": int, "mean_staleness": float}]}
+
+``wasted_compute_fraction`` is the fraction of the training samples the clients processed
+whose work never reached an aggregation: jobs abandoned by the abandon rule, plus finished
+updates the server rejected or never aggregated before the run ended. Work still in flight
+when the run ends is not counted either way.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+__all__ = [
+    "HistoryPoint",
+    "RunResult",
+    "SpanKind",
+    "TimelineSpan",
+    "results_to_json",
+    "summary_table",
+    "time_to_target",
+    "write_json",
+]
+
+SpanKind = Literal["training", "abandoned", "offline", "wasted"]
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    """The global model after one aggregation.
+
+    Parameters
+    ----------
+    virtual_time : float
+        Virtual seconds at which the aggregation happened (0 for the initial model).
+    round : int
+        Aggregation number (0 = the initial model).
+    accuracy : float
+        Centralized test accuracy of the global model, in [0, 1].
+    participants : int
+        Updates aggregated in this round.
+    mean_staleness : float
+        Mean staleness of the aggregated updates, in global versions (0 for FedAvg).
+    """
+
+    virtual_time: float
+    round: int
+    accuracy: float
+    participants: int
+    mean_staleness: float
+
+    def to_dict(self) -> dict[str, float | int]:
+        """Return the JSON-ready dict of the contract."""
+        return {
+            "virtual_time": self.virtual_time,
+            "round": self.round,
+            "accuracy": self.accuracy,
+            "participants": self.participants,
+            "mean_staleness": self.mean_staleness,
+        }
+
+
+@dataclass(frozen=True)
+class TimelineSpan:
+    """One stretch of one client's timeline, in virtual seconds.
+
+    Parameters
+    ----------
+    node : int
+        Partition id of the client.
+    start, end : float
+        Virtual seconds; ``start <= end``.
+    kind : {"training", "abandoned", "offline", "wasted"}
+        ``training``: a slice whose work was aggregated or is still useful; ``abandoned``:
+        a slice of a job later abandoned; ``wasted``: a slice of an update never
+        aggregated; ``offline``: the device was unreachable.
+    """
+
+    node: int
+    start: float
+    end: float
+    kind: SpanKind
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Everything one simulation run produced.
+
+    Parameters
+    ----------
+    scenario, strategy : str
+        What ran.
+    seed, clients : int
+        Seed and number of clients.
+    target_accuracy : float
+        Target of ``time_to_target``.
+    final_accuracy : float
+        Accuracy of the last global model.
+    rounds : int
+        Aggregations done.
+    abandoned_jobs : int
+        Jobs the clients abandoned (abandon rule).
+    wasted_compute_fraction : float
+        See the module docstring.
+    wall_seconds : float
+        Host seconds of the run, engine start-up included.
+    history : tuple[HistoryPoint, ...]
+        One point per aggregation, the initial model first.
+    timeline : tuple[TimelineSpan, ...] (default: ())
+        Per-client spans (for the timeline plot; not part of the JSON contract).
+    extras : dict[str, Any] (default: {})
+        Extra figures for benchmarks (iteration makespan, samples processed, ...).
+    """
+
+    scenario: str
+    strategy: str
+    seed: int
+    clients: int
+    target_accuracy: float
+    final_accuracy: float
+    rounds: int
+    abandoned_jobs: int
+    wasted_compute_fraction: float
+    wall_seconds: float
+    history: tuple[HistoryPoint, ...]
+    timeline: tuple[TimelineSpan, ...] = ()
+    extras: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    @property
+    def time_to_target(self) -> float | None:
+        """Virtual seconds until the accuracy first reached the target; ``None`` if never."""
+        return time_to_target(self.history, self.target_accuracy)
+
+    @property
+    def virtual_seconds(self) -> float:
+        """Virtual time of the last aggregation."""
+        return self.history[-1].virtual_time if self.history else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON-ready dict of the ``--json`` contract."""
+        return {
+            "scenario": self.scenario,
+            "strategy": self.strategy,
+            "seed": self.seed,
+            "clients": self.clients,
+            "target_accuracy": self.target_accuracy,
+            "time_to_target": self.time_to_target,
+            "final_accuracy": self.final_accuracy,
+            "rounds": self.rounds,
+            "abandoned_jobs": self.abandoned_jobs,
+            "wasted_compute_fraction": self.wasted_compute_fraction,
+            "wall_seconds": self.wall_seconds,
+            "history": [h.to_dict() for h in self.history],
+        }
+
+
+def time_to_target(history: Sequence[HistoryPoint], target: float) -> float | None:
+    """Return the virtual time of the first point whose accuracy is >= ``target``."""
+    for point in history:
+        if point.accuracy >= target:
+            return point.virtual_time
+    return None
+
+
+def results_to_json(results: Sequence[RunResult], *, as_list: bool) -> str:
+    """Return the JSON text of the contract: one object, or a list when ``as_list``."""
+    payload: Any = [r.to_dict() for r in results] if as_list else results[0].to_dict()
+    return json.dumps(payload, indent=2, allow_nan=False)
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    return format(value, spec)
+
+
+def summary_table(results: Sequence[RunResult]) -> str:
+    """Return a plain-text table: one row per run, ratios to FedAvg when it ran."""
+    header = (
+        f"{'strategy':<9} {'seed':>4} {'rounds':>6} {'final acc':>9} {'t->target':>10} "
+        f"{'vs fedavg':>9} {'virtual s':>10} {'abandoned':>9} {'wasted':>7} {'wall s':>7}"
+    )
+    base = {r.seed: r.time_to_target for r in results if r.strategy == "fedavg"}
+    lines = [header, "-" * len(header)]
+    for r in results:
+        ttt = r.time_to_target
+        ref = base.get(r.seed)
+        ratio = ttt / ref if ttt is not None and ref else None
+        lines.append(
+            f"{r.strategy:<9} {r.seed:>4} {r.rounds:>6} {_fmt(r.final_accuracy, '.3f'):>9} "
+            f"{_fmt(ttt, '.1f'):>10} {_fmt(ratio, '.2f'):>9} "
+            f"{_fmt(r.virtual_seconds, '.1f'):>10} {r.abandoned_jobs:>9} "
+            f"{_fmt(r.wasted_compute_fraction, '.1%'):>7} {_fmt(r.wall_seconds, '.1f'):>7}"
+        )
+    if results:
+        r0 = results[0]
+        lines.append(
+            f"scenario {r0.scenario}, {r0.clients} clients, target accuracy "
+            f"{r0.target_accuracy:.2f}; times in virtual seconds"
+        )
+    return "\n".join(lines)
+
+
+def write_json(results: Sequence[RunResult], path: Path, *, as_list: bool) -> Path:
+    """Write :func:`results_to_json` to ``path`` and return it."""
+    path.write_text(results_to_json(results, as_list=as_list) + "\n", encoding="utf-8")
+    return path

@@ -1,0 +1,112 @@
+import json
+from pathlib import Path
+
+import pytest
+from flwr.app import MetricRecord
+
+from flower_edge import wire
+from simulations.plots import plot_accuracy, plot_timeline
+from simulations.recorder import WorkLedger
+from simulations.report import (
+    HistoryPoint,
+    RunResult,
+    TimelineSpan,
+    results_to_json,
+    summary_table,
+    time_to_target,
+)
+
+CONTRACT_KEYS = {
+    "scenario",
+    "strategy",
+    "seed",
+    "clients",
+    "target_accuracy",
+    "time_to_target",
+    "final_accuracy",
+    "rounds",
+    "abandoned_jobs",
+    "wasted_compute_fraction",
+    "wall_seconds",
+    "history",
+}
+HISTORY_KEYS = {"virtual_time", "round", "accuracy", "participants", "mean_staleness"}
+
+
+def _result(strategy: str, accs: list[float], step: float) -> RunResult:
+    history = tuple(
+        HistoryPoint(i * step, i, a, 0 if i == 0 else 5, 0.5) for i, a in enumerate(accs)
+    )
+    return RunResult(
+        scenario="digits-20",
+        strategy=strategy,
+        seed=0,
+        clients=20,
+        target_accuracy=0.8,
+        final_accuracy=accs[-1],
+        rounds=len(accs) - 1,
+        abandoned_jobs=2,
+        wasted_compute_fraction=0.1,
+        wall_seconds=3.0,
+        history=history,
+        timeline=(TimelineSpan(0, 0.0, 2.0, "training"), TimelineSpan(1, 1.0, 4.0, "offline")),
+    )
+
+
+def test_time_to_target_is_the_first_crossing() -> None:
+    h = [HistoryPoint(float(t), t, a, 1, 0.0) for t, a in enumerate([0.1, 0.85, 0.7, 0.9])]
+    assert time_to_target(h, 0.8) == 1.0
+    assert time_to_target(h, 0.95) is None
+
+
+def test_json_contract() -> None:
+    a, b = _result("edge", [0.1, 0.5, 0.9], 10.0), _result("fedavg", [0.1, 0.6], 50.0)
+    one = json.loads(results_to_json([a], as_list=False))
+    assert set(one) == CONTRACT_KEYS
+    assert one["time_to_target"] == 20.0
+    assert all(set(h) == HISTORY_KEYS for h in one["history"])
+    many = json.loads(results_to_json([a, b], as_list=True))
+    assert [r["strategy"] for r in many] == ["edge", "fedavg"]
+    assert many[1]["time_to_target"] is None
+
+
+def test_summary_table_has_a_row_per_run_and_ratio() -> None:
+    a, b = _result("edge", [0.1, 0.9], 10.0), _result("fedavg", [0.1, 0.9], 40.0)
+    table = summary_table([a, b])
+    edge_row = next(line for line in table.splitlines() if line.startswith("edge"))
+    assert "0.25" in edge_row  # 10 s / 40 s
+    assert "digits-20" in table
+
+
+def test_plots_write_pngs(tmp_path: Path) -> None:
+    runs = [_result("edge", [0.1, 0.5, 0.9], 10.0), _result("fedavg", [0.1, 0.6], 50.0)]
+    acc = plot_accuracy(runs, tmp_path / "accuracy.png")
+    tl = plot_timeline(runs[0].timeline, 2, tmp_path / "timeline.png")
+    for path in (acc, tl):
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _reply(**metrics: float) -> MetricRecord:
+    return MetricRecord(metrics)  # type: ignore[arg-type]
+
+
+def test_ledger_counts_abandoned_work() -> None:
+    ledger = WorkLedger()
+    v, s, d, a = wire.VIRTUAL_SECONDS, wire.SAMPLES_PROCESSED, wire.DONE, wire.ABANDONED
+    ledger.add(1, 0.0, _reply(**{v: 2.0, s: 30, d: 0, a: 0}))  # progress, 30 samples
+    ledger.add(1, 2.0, _reply(**{v: 2.0, s: 60, d: 0, a: 0}))  # progress, +30
+    ledger.add(1, 4.0, _reply(**{v: 3.0, s: 40, d: 1, a: 1}))  # abandoned, new job of 40
+    ledger.add(2, 0.0, _reply(**{v: 5.0, s: 100, d: 1, a: 0}))  # one-slice job
+    assert ledger.abandoned_jobs == 1
+    assert ledger.samples() == 30 + 30 + 40 + 100
+    assert ledger.wasted_fraction() == pytest.approx(60 / 200)
+    assert ledger.slices[2].end == 7.0
+    assert ledger.delivered_slices == {2, 3}
+
+
+def test_ledger_reads_plain_flower_replies() -> None:
+    ledger = WorkLedger()
+    ledger.add(5, 1.0, _reply(**{wire.NUM_EXAMPLES: 64}))
+    assert ledger.samples() == 64
+    assert ledger.delivered_slices == {0}
+    assert ledger.wasted_fraction() == 0.0
