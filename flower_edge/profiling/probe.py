@@ -1,0 +1,503 @@
+"""The real resource probe: runs the workloads on this host and builds a :class:`ProfileReport`.
+
+For every workload the probe prepares it (not timed), runs a warm-up of one batch and a pilot
+of a quarter of its samples, then times ``repeats`` runs while a
+:class:`~.sampler.UtilizationSampler` samples the resource; ``Time_w`` is the median of the
+repeats and ``U_w`` the sampler's mean over them. When the pilot shows that one run would take
+longer than the plan's ``run_budget``, the capacity shrinks to fit (in whole batches or
+shards): a slow edge device still finishes in bounded time, and ``E = Capacity / Time`` stays
+comparable across nodes. Repeats stop early once they took twice their budget (a host loaded
+by others).
+
+The disk workloads write into a fresh temporary folder under ``disk_dir``; it is created
+before any workload runs (so an unwritable folder fails at once) and removed afterwards, also
+on an exception or Ctrl-C, with SIGINT/SIGTERM blocked while it is removed.
+
+``elapsed_seconds`` counts from the first workload-related step (GPU detection) to the last
+workload; importing torch, which a client has done long before, is not part of it.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import signal
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Final, cast
+
+import psutil
+
+from flower_edge.errors import ConfigError, InputError
+from flower_edge.profiling.gpu import GpuInfo, detect_gpu, nvml_shutdown
+from flower_edge.profiling.report import (
+    MODES,
+    RESOURCES,
+    HostFacts,
+    Mode,
+    ProfileReport,
+    ResourceReport,
+    WorkloadResult,
+)
+from flower_edge.profiling.sampler import (
+    Counter,
+    CpuCounter,
+    DiskCounter,
+    MemoryCounter,
+    NvmlCounter,
+    UtilizationSampler,
+)
+
+if TYPE_CHECKING:
+    from flower_edge.profiling.workloads import Workload
+
+__all__ = [
+    "PLANS",
+    "TEMP_PREFIX",
+    "HostProbe",
+    "ProfilePlan",
+    "host_facts",
+    "measure_workload",
+    "profile_host",
+    "remove_tree",
+]
+
+#: prefix of the temporary folder the disk workloads write into
+TEMP_PREFIX: Final = "flower-edge-profile-"
+#: a progress callback: (what runs now, fraction of the profile done in [0, 1])
+ProgressFn = Callable[[str, float], None]
+_MAX_REPEATS: Final = 100
+
+
+@dataclass(frozen=True)
+class ProfilePlan:
+    """Sizes of one profiling mode.
+
+    Parameters
+    ----------
+    cpu_samples : tuple[int, int]
+        Capacities of ``cpu-dense`` and ``cpu-conv``.
+    gpu_samples : tuple[int, int]
+        Capacities of ``gpu-dense`` and ``gpu-conv``.
+    memory_samples : tuple[int, int]
+        Capacities of ``memory-copy`` and ``memory-gather`` (12 KiB samples).
+    memory_buffer_bytes : int
+        Upper bound of each memory buffer; the probe also keeps both buffers within a quarter
+        of the available memory.
+    disk_samples : tuple[int, int]
+        Capacities of ``disk-small`` and ``disk-large`` (3 KiB samples).
+    repeats : int
+        Timed runs per workload (the median counts) when the caller gives none.
+    run_budget : float
+        Seconds one timed run may take before the capacity shrinks.
+    disk_shard_samples : tuple[int, int] (default: (16, 256))
+        Samples per shard of ``disk-small`` and ``disk-large``.
+    sample_interval : float (default: 0.02)
+        Seconds between utilisation readings.
+    """
+
+    cpu_samples: tuple[int, int]
+    gpu_samples: tuple[int, int]
+    memory_samples: tuple[int, int]
+    memory_buffer_bytes: int
+    disk_samples: tuple[int, int]
+    repeats: int
+    run_budget: float
+    disk_shard_samples: tuple[int, int] = (16, 256)
+    sample_interval: float = 0.02
+
+    def __post_init__(self) -> None:
+        for name in ("cpu_samples", "gpu_samples", "memory_samples", "disk_samples"):
+            values = getattr(self, name)
+            if len(values) != 2 or any(int(v) < 1 for v in values):
+                raise ConfigError(f"{name} must be two integers >= 1, got {values!r}")
+        if self.memory_buffer_bytes < 1 << 20:
+            raise ConfigError(
+                f"memory_buffer_bytes must be >= 1 MiB, got {self.memory_buffer_bytes}"
+            )
+        if not 1 <= self.repeats <= _MAX_REPEATS:
+            raise ConfigError(f"repeats must be in [1, {_MAX_REPEATS}], got {self.repeats}")
+        if not self.run_budget > 0 or not self.sample_interval > 0:
+            raise ConfigError("run_budget and sample_interval must be > 0 seconds")
+
+
+#: the sizes of each mode (quick: a client's first contact, <= 3 s; full: <= 15 s on 2 cores)
+PLANS: dict[str, ProfilePlan] = {
+    "quick": ProfilePlan(
+        cpu_samples=(1024, 256),
+        gpu_samples=(8192, 2048),
+        memory_samples=(16384, 16384),
+        memory_buffer_bytes=64 << 20,
+        disk_samples=(512, 2048),
+        repeats=1,
+        run_budget=0.15,
+    ),
+    "full": ProfilePlan(
+        cpu_samples=(4096, 1024),
+        gpu_samples=(65536, 16384),
+        memory_samples=(65536, 65536),
+        memory_buffer_bytes=256 << 20,
+        disk_samples=(2048, 8192),
+        repeats=3,
+        run_budget=0.4,
+    ),
+}
+
+
+# ---------------------------------------------------------------- host facts
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.lower().startswith(("model name", "hardware", "cpu model")):
+                    return line.split(":", 1)[1].strip()[:200]
+    except OSError:
+        pass
+    return (platform.processor() or platform.machine())[:200]
+
+
+def host_facts(gpu_name: str | None = None) -> HostFacts:
+    """Return the facts of this host, load average taken now."""
+    try:
+        load = tuple(float(v) for v in psutil.getloadavg())
+    except (OSError, AttributeError):  # pragma: no cover - platform dependent
+        load = (0.0, 0.0, 0.0)
+    return HostFacts(
+        cores=os.cpu_count() or 1,
+        cpu_model=_cpu_model(),
+        memory_bytes=int(psutil.virtual_memory().total),
+        gpu_name=gpu_name,
+        load_average=cast(tuple[float, float, float], load),
+        platform=f"{platform.system()}-{platform.machine()}",
+    )
+
+
+# ---------------------------------------------------------------- measuring
+
+
+def measure_workload(
+    workload: Workload,
+    samples: int,
+    counter: Counter,
+    repeats: int = 1,
+    *,
+    warmup: bool = True,
+    run_budget: float | None = None,
+    min_samples: int = 1,
+    interval: float = 0.02,
+) -> WorkloadResult:
+    """Time one workload and sample its resource's utilisation.
+
+    Parameters
+    ----------
+    workload : Workload
+        The workload; this function prepares and closes it.
+    samples : int
+        ``Capacity_w`` before any shrinking, ``>= 1``.
+    counter : Counter
+        Utilisation source of the workload's resource.
+    repeats : int (default: 1)
+        Timed runs; the median time counts.
+    warmup : bool (default: True)
+        First run ``min_samples`` samples (lazy initialisation), then a pilot of a quarter of
+        the samples, both untimed.
+    run_budget : float | None (default: None)
+        Shrink ``samples`` so that a run takes about this many seconds, judged by the pilot;
+        stop repeating once the timed runs took ``2 * run_budget * repeats`` seconds.
+    min_samples : int (default: 1)
+        Floor and step of the shrinking (a batch or a shard), so that batches keep their shape.
+    interval : float (default: 0.02)
+        Seconds between utilisation readings.
+
+    Returns
+    -------
+    WorkloadResult
+        Samples, median seconds, utilisation and ``E`` (seed formula 3).
+    """
+    if repeats < 1:
+        raise ConfigError(f"repeats must be >= 1, got {repeats}")
+    sampler = UtilizationSampler(counter, interval)
+    workload.prepare(samples)
+    floor = max(1, min(min_samples, samples))
+    try:
+        if warmup:
+            workload.run(floor)  # lazy initialisation: allocator, kernels, file system
+            pilot = max(floor, samples // 4)
+            start = time.perf_counter()
+            workload.run(pilot)
+            projected = (time.perf_counter() - start) * samples / pilot
+            if run_budget is not None and projected > run_budget:
+                shrunk = int(samples * run_budget / projected) // floor * floor
+                samples = max(floor, shrunk)
+        deadline = None if run_budget is None else 2.0 * run_budget * repeats
+        times: list[float] = []
+        sampler.start()
+        began = time.perf_counter()
+        for _ in range(repeats):
+            start = time.perf_counter()
+            workload.run(samples)
+            times.append(time.perf_counter() - start)
+            if deadline is not None and time.perf_counter() - began > deadline:
+                break  # a loaded host: keep the profile's time bounded
+        utilization = sampler.stop()
+    finally:
+        sampler.stop()
+        workload.close()
+    seconds = max(statistics.median(times), 1e-9)
+    return WorkloadResult.measured(workload.name, samples, seconds, utilization)
+
+
+def remove_tree(path: str | Path) -> None:
+    """Remove a folder tree with SIGINT and SIGTERM blocked, so Ctrl-C cannot cut it short."""
+    mask = getattr(signal, "pthread_sigmask", None)
+    blocked = {signal.SIGINT, signal.SIGTERM}
+    if mask is None or threading.current_thread() is not threading.main_thread():
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    old = mask(signal.SIG_BLOCK, blocked)
+    try:
+        shutil.rmtree(path, ignore_errors=True)
+    finally:
+        mask(signal.SIG_SETMASK, old)
+
+
+@contextmanager
+def _torch_threads(count: int) -> Iterator[None]:
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _check_disk_dir(disk_dir: str | Path | None) -> Path:
+    if disk_dir is None:
+        return Path(tempfile.gettempdir())
+    if not isinstance(disk_dir, str | os.PathLike) or not str(disk_dir).strip():
+        raise InputError(f"disk_dir must be a folder path, got {disk_dir!r}")
+    path = Path(disk_dir)
+    if not path.exists():
+        raise InputError(f"disk_dir {str(path)!r} does not exist")
+    if not path.is_dir():
+        raise InputError(f"disk_dir {str(path)!r} is not a folder")
+    return path
+
+
+# ---------------------------------------------------------------- the probe
+
+
+class HostProbe:
+    """Profile this host's cpu, gpu, memory and disk (seed 000 step 2, formulas 3 and 4).
+
+    Parameters
+    ----------
+    disk_dir : str | Path | None (default: None)
+        Existing, writable folder under which the disk workloads make a temporary folder;
+        ``None`` for the system's temporary folder.
+    repeats : int | None (default: None)
+        Timed runs per workload, in ``[1, 100]``; ``None`` for the mode's default
+        (quick 1, full 3).
+    progress : Callable[[str, float], None] | None (default: None)
+        Called with (workload about to run, fraction done) and finally ``("done", 1.0)``.
+    plans : dict[str, ProfilePlan] | None (default: None)
+        Sizes per mode; ``None`` for :data:`PLANS` (tests pass tiny ones).
+
+    Raises
+    ------
+    InputError
+        When ``disk_dir`` does not exist or is not a folder, or ``repeats`` is out of range.
+    """
+
+    def __init__(
+        self,
+        disk_dir: str | Path | None = None,
+        repeats: int | None = None,
+        progress: ProgressFn | None = None,
+        *,
+        plans: dict[str, ProfilePlan] | None = None,
+    ) -> None:
+        if repeats is not None and (
+            isinstance(repeats, bool)
+            or not isinstance(repeats, int)
+            or not 1 <= repeats <= _MAX_REPEATS
+        ):
+            raise ConfigError(f"repeats must be an integer in [1, {_MAX_REPEATS}], got {repeats!r}")
+        self.disk_dir = _check_disk_dir(disk_dir)
+        self.repeats = repeats
+        self.progress = progress
+        self.plans = PLANS if plans is None else plans
+
+    def _tell(self, label: str, done: int, total: int) -> None:
+        if self.progress is not None:
+            self.progress(label, done / total if total else 1.0)
+
+    def _make_temp(self) -> Path:
+        try:
+            return Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=self.disk_dir))
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+            raise InputError(f"disk_dir {str(self.disk_dir)!r} is not writable: {reason}") from None
+
+    def profile(self, mode: Mode) -> ProfileReport:
+        """Run every workload of ``mode`` and return the report.
+
+        Parameters
+        ----------
+        mode : {"quick", "full"}
+            ``"quick"`` for a client's first contact, ``"full"`` for a complete rating.
+
+        Raises
+        ------
+        ConfigError
+            When ``mode`` is not one of ``("quick", "full")``.
+        InputError
+            When ``disk_dir`` is not writable.
+        KeyboardInterrupt
+            Passed on after the temporary folder is removed.
+        """
+        if mode not in MODES:
+            raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
+        plan = self.plans[mode]
+        repeats = self.repeats or plan.repeats
+        facts = host_facts()  # load average before any workload
+        temp = self._make_temp()  # an unwritable disk_dir fails before any work
+        gpu: GpuInfo | None = None
+        try:
+            import torch  # noqa: F401  (loading the library is not part of the profile)
+
+            start = time.perf_counter()
+            gpu = detect_gpu()
+            with _torch_threads(os.cpu_count() or 1):
+                resources = self._run_all(plan, repeats, temp, gpu)
+            elapsed = time.perf_counter() - start
+        finally:
+            remove_tree(temp)
+            if gpu is not None and gpu.available:
+                nvml_shutdown()
+        self._tell("done", 1, 1)
+        host = HostFacts(
+            facts.cores,
+            facts.cpu_model,
+            facts.memory_bytes,
+            gpu.name if gpu.available else None,
+            facts.load_average,
+            facts.platform,
+        )
+        return ProfileReport(host, resources, mode, elapsed)
+
+    def _run_all(
+        self, plan: ProfilePlan, repeats: int, temp: Path, gpu: GpuInfo
+    ) -> dict[str, ResourceReport]:
+        from flower_edge.profiling.workloads import (
+            ConvWorkload,
+            DenseWorkload,
+            GatherWorkload,
+            ShardWorkload,
+            StridedCopyWorkload,
+            peak_copy_bandwidth,
+        )
+
+        total = 6 + (2 if gpu.available else 0)
+        step = 0
+
+        def run(workload: Workload, samples: int, counter: Counter, floor: int) -> WorkloadResult:
+            nonlocal step
+            self._tell(workload.name, step, total)
+            result = measure_workload(
+                workload,
+                samples,
+                counter,
+                repeats,
+                run_budget=plan.run_budget,
+                min_samples=floor,
+                interval=plan.sample_interval,
+            )
+            step += 1
+            return result
+
+        out: dict[str, ResourceReport] = {}
+        dense, conv = DenseWorkload("cpu"), ConvWorkload("cpu")
+        out["cpu"] = ResourceReport.from_workloads(
+            [
+                run(dense, plan.cpu_samples[0], CpuCounter(), dense.batch),
+                run(conv, plan.cpu_samples[1], CpuCounter(), conv.batch),
+            ]
+        )
+        out["gpu"] = self._gpu(plan, gpu, run)
+        buffer = self._memory_buffer(plan)
+        self._tell("memory-peak", step, total)
+        counter = MemoryCounter(peak_copy_bandwidth(buffer))
+        floor = max(1, buffer // (4 << 20))
+        out["memory"] = ResourceReport.from_workloads(
+            [
+                run(StridedCopyWorkload(buffer, counter), plan.memory_samples[0], counter, floor),
+                run(GatherWorkload(buffer, counter), plan.memory_samples[1], counter, floor),
+            ]
+        )
+        small, large = plan.disk_shard_samples
+        out["disk"] = ResourceReport.from_workloads(
+            [
+                run(
+                    ShardWorkload(temp, small, "disk-small"),
+                    plan.disk_samples[0],
+                    DiskCounter(),
+                    small,
+                ),
+                run(
+                    ShardWorkload(temp, large, "disk-large"),
+                    plan.disk_samples[1],
+                    DiskCounter(),
+                    large,
+                ),
+            ]
+        )
+        return {r: out[r] for r in RESOURCES}
+
+    @staticmethod
+    def _memory_buffer(plan: ProfilePlan) -> int:
+        """Bytes per memory buffer: the plan's bound, both buffers within 1/4 of available."""
+        available = int(psutil.virtual_memory().available)
+        return max(1 << 20, min(plan.memory_buffer_bytes, available // 8))
+
+    @staticmethod
+    def _gpu(
+        plan: ProfilePlan,
+        gpu: GpuInfo,
+        run: Callable[[Workload, int, Counter, int], WorkloadResult],
+    ) -> ResourceReport:
+        if not gpu.available:
+            return ResourceReport.absent(gpu.reason or "no GPU")
+        from flower_edge.profiling.workloads import ConvWorkload, DenseWorkload
+
+        device = f"cuda:{gpu.device_index}"
+        dense, conv = DenseWorkload(device, batch=256), ConvWorkload(device, batch=128)
+        try:
+            results = [
+                run(dense, plan.gpu_samples[0], NvmlCounter(gpu.handle), dense.batch),
+                run(conv, plan.gpu_samples[1], NvmlCounter(gpu.handle), conv.batch),
+            ]
+        except RuntimeError as exc:  # CUDA out of memory, launch failures
+            return ResourceReport.absent(f"gpu workload failed: {exc}"[:256])
+        return ResourceReport.from_workloads(results)
+
+
+def profile_host(
+    mode: Mode = "full",
+    disk_dir: str | Path | None = None,
+    repeats: int | None = None,
+    progress: ProgressFn | None = None,
+) -> ProfileReport:
+    """Profile this host; see :class:`HostProbe` for the parameters."""
+    return HostProbe(disk_dir, repeats, progress).profile(mode)

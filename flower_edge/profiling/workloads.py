@@ -1,0 +1,414 @@
+"""Single-resource-intensive workloads over synthetic training samples (seed 000 step 2).
+
+Every workload processes a given number of samples (``Capacity_w``) and is bound by one
+resource. Its life cycle is ``prepare(samples)`` (allocate, not timed), ``run(samples)`` (the
+timed part, repeatable) and ``close()`` (free memory, delete files). The probe times ``run``;
+workloads only do the work.
+
+=================  ========  ==========================================================
+workload           resource  what one sample costs
+=================  ========  ==========================================================
+``cpu-dense``      cpu       forward + backward + SGD step of a 784-512-512-10 MLP, batch 64
+``cpu-conv``       cpu       forward + backward + SGD step of a 2-conv net on 3x32x32, batch 64
+``gpu-dense``      gpu       as ``cpu-dense`` on CUDA, batch 256
+``gpu-conv``       gpu       as ``cpu-conv`` on CUDA, batch 128
+``memory-copy``    memory    NCHW -> NHWC strided copy of a 3x32x32 float32 sample (12 KiB)
+``memory-gather``  memory    shuffled gather of a 3x32x32 float32 sample into a batch
+``disk-small``     disk      a 3x32x32 uint8 sample in 48 KiB shards: write, fsync, read back
+``disk-large``     disk      the same in 768 KiB shards (16 and 256 samples per shard)
+=================  ========  ==========================================================
+
+The memory buffers are far beyond the last-level cache (the probe sizes them from the
+available memory); the disk shards are dropped from the page cache after ``fsync``
+(``posix_fadvise(DONTNEED)`` where the platform has it), so that reading them back goes to the
+device. Tests use small sample counts; the probe's plan sets the real ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Final, Protocol
+
+if TYPE_CHECKING:
+    import torch
+
+    from flower_edge.profiling.sampler import MemoryCounter
+
+__all__ = [
+    "IMAGE_SHAPE",
+    "MEMORY_SAMPLE_BYTES",
+    "DISK_SAMPLE_BYTES",
+    "ConvWorkload",
+    "DenseWorkload",
+    "GatherWorkload",
+    "ShardWorkload",
+    "StridedCopyWorkload",
+    "Workload",
+    "peak_copy_bandwidth",
+]
+
+#: shape of one synthetic image sample (channels, height, width)
+IMAGE_SHAPE: Final = (3, 32, 32)
+#: bytes of one float32 sample in the memory workloads
+MEMORY_SAMPLE_BYTES: Final = 4 * 3 * 32 * 32
+#: bytes of one uint8 sample in the disk workloads
+DISK_SAMPLE_BYTES: Final = 3 * 32 * 32
+
+
+class Workload(Protocol):
+    """A single-resource-intensive workload."""
+
+    name: str
+    resource: str
+
+    def prepare(self, samples: int) -> None:
+        """Allocate what ``run(samples)`` needs (not timed)."""
+        ...
+
+    def run(self, samples: int) -> None:
+        """Process ``samples`` synthetic samples (timed); may be called repeatedly."""
+        ...
+
+    def close(self) -> None:
+        """Free memory and delete any file the workload made; safe to call twice."""
+        ...
+
+
+def _check_samples(samples: int) -> None:
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+        raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
+
+
+def _sync(device: torch.device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class _TrainWorkload:
+    """Training steps of a small model over repeated synthetic batches."""
+
+    name = "train"
+    resource = "cpu"
+
+    def __init__(self, device: str = "cpu", batch: int = 64) -> None:
+        if batch < 1:
+            raise ValueError(f"batch must be >= 1, got {batch}")
+        self.device_name = device
+        self.batch = batch
+        self._model: torch.nn.Module | None = None
+        self._opt: torch.optim.Optimizer | None = None
+        self._x: torch.Tensor | None = None
+        self._y: torch.Tensor | None = None
+
+    def _build(self) -> tuple[torch.nn.Module, tuple[int, ...]]:
+        raise NotImplementedError
+
+    def prepare(self, samples: int) -> None:
+        """Build the model and one synthetic batch on the device."""
+        import torch
+
+        _check_samples(samples)
+        device = torch.device(self.device_name)
+        gen = torch.Generator().manual_seed(0)
+        model, shape = self._build()
+        self._model = model.to(device)
+        self._opt = torch.optim.SGD(self._model.parameters(), lr=1e-3)
+        batch = min(self.batch, samples)
+        self._x = torch.randn((batch, *shape), generator=gen).to(device)
+        self._y = torch.randint(0, 10, (batch,), generator=gen).to(device)
+
+    def run(self, samples: int) -> None:
+        """Run forward, backward and an SGD step over ``samples`` samples."""
+        import torch
+
+        _check_samples(samples)
+        if self._model is None or self._opt is None or self._x is None or self._y is None:
+            raise RuntimeError(f"{self.name}: prepare() before run()")
+        loss_fn = torch.nn.functional.cross_entropy
+        done = 0
+        while done < samples:
+            n = min(self._x.shape[0], samples - done)
+            self._opt.zero_grad(set_to_none=True)
+            loss = loss_fn(self._model(self._x[:n]), self._y[:n])
+            loss.backward()  # type: ignore[no-untyped-call]
+            self._opt.step()
+            done += n
+        _sync(self._x.device)
+
+    def close(self) -> None:
+        """Drop the model and the batch."""
+        self._model = self._opt = self._x = self._y = None
+
+
+class DenseWorkload(_TrainWorkload):
+    """Forward + backward + SGD step of a 784-512-512-10 MLP (``cpu-dense`` / ``gpu-dense``).
+
+    Parameters
+    ----------
+    device : str (default: "cpu")
+        Torch device, ``"cpu"`` or ``"cuda[:i]"``.
+    batch : int (default: 64)
+        Samples per step.
+    """
+
+    def __init__(self, device: str = "cpu", batch: int = 64) -> None:
+        super().__init__(device, batch)
+        self.resource = "gpu" if device.startswith("cuda") else "cpu"
+        self.name = f"{self.resource}-dense"
+
+    def _build(self) -> tuple[torch.nn.Module, tuple[int, ...]]:
+        from torch import nn
+
+        model = nn.Sequential(
+            nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)
+        )
+        return model, (784,)
+
+
+class ConvWorkload(_TrainWorkload):
+    """Forward + backward + SGD step of a two-conv net on 3x32x32 (``cpu-conv`` / ``gpu-conv``).
+
+    Parameters
+    ----------
+    device : str (default: "cpu")
+        Torch device, ``"cpu"`` or ``"cuda[:i]"``.
+    batch : int (default: 64)
+        Samples per step.
+    """
+
+    def __init__(self, device: str = "cpu", batch: int = 64) -> None:
+        super().__init__(device, batch)
+        self.resource = "gpu" if device.startswith("cuda") else "cpu"
+        self.name = f"{self.resource}-conv"
+
+    def _build(self) -> tuple[torch.nn.Module, tuple[int, ...]]:
+        from torch import nn
+
+        model = nn.Sequential(
+            nn.Conv2d(3, 16, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Linear(32 * 8 * 8, 10),
+        )
+        return model, IMAGE_SHAPE
+
+
+class _MemoryWorkload:
+    """Moves float32 samples between two buffers of at most ``buffer_bytes`` each."""
+
+    name = "memory"
+    resource = "memory"
+
+    def __init__(self, buffer_bytes: int, counter: MemoryCounter | None = None) -> None:
+        if buffer_bytes < MEMORY_SAMPLE_BYTES:
+            raise ValueError(f"buffer_bytes must be >= {MEMORY_SAMPLE_BYTES}, got {buffer_bytes}")
+        self.buffer_bytes = buffer_bytes
+        self.counter = counter
+        self._src: torch.Tensor | None = None
+        self._dst: torch.Tensor | None = None
+        self._chunk = 1
+
+    def prepare(self, samples: int) -> None:
+        """Allocate and touch the source and destination buffers."""
+        import torch
+
+        _check_samples(samples)
+        n = min(samples, self.buffer_bytes // MEMORY_SAMPLE_BYTES)
+        # filled, so every page is touched before timing; the values do not matter
+        self._src = torch.full((n, *IMAGE_SHAPE), 0.5)
+        self._dst = torch.zeros_like(self._src)
+        # chunks of ~4 MiB: progress for the sampler, well below the buffer size
+        self._chunk = max(1, min(n, (4 << 20) // MEMORY_SAMPLE_BYTES))
+        self._setup(n)
+
+    def _setup(self, n: int) -> None:
+        """Prepare workload-specific state for ``n`` buffered samples."""
+
+    def _move(self, start: int, stop: int) -> None:
+        raise NotImplementedError
+
+    def run(self, samples: int) -> None:
+        """Move ``samples`` samples, cycling through the buffer."""
+        _check_samples(samples)
+        if self._src is None:
+            raise RuntimeError(f"{self.name}: prepare() before run()")
+        n = self._src.shape[0]
+        done = 0
+        while done < samples:
+            start = done % n
+            stop = min(n, start + self._chunk, start + samples - done)
+            self._move(start, stop)
+            done += stop - start
+            if self.counter is not None:
+                self.counter.add(2 * (stop - start) * MEMORY_SAMPLE_BYTES)
+
+    def close(self) -> None:
+        """Free the buffers."""
+        self._src = self._dst = None
+
+
+class StridedCopyWorkload(_MemoryWorkload):
+    """NCHW -> NHWC strided copy of float32 samples (``memory-copy``).
+
+    Parameters
+    ----------
+    buffer_bytes : int
+        Size of each of the two buffers; make it far larger than the last-level cache.
+    counter : MemoryCounter | None (default: None)
+        Receives the bytes moved, for the bandwidth-proxy utilisation.
+    """
+
+    name = "memory-copy"
+
+    def _move(self, start: int, stop: int) -> None:
+        assert self._src is not None
+        assert self._dst is not None
+        c, h, w = IMAGE_SHAPE
+        dst = self._dst[start:stop].view(stop - start, h, w, c)
+        dst.copy_(self._src[start:stop].permute(0, 2, 3, 1))
+
+
+class GatherWorkload(_MemoryWorkload):
+    """Gather of float32 samples in a fixed shuffled order (``memory-gather``).
+
+    Parameters
+    ----------
+    buffer_bytes : int
+        Size of each of the two buffers; make it far larger than the last-level cache.
+    counter : MemoryCounter | None (default: None)
+        Receives the bytes moved, for the bandwidth-proxy utilisation.
+    """
+
+    name = "memory-gather"
+
+    def _setup(self, n: int) -> None:
+        import torch
+
+        self._perm = torch.randperm(n, generator=torch.Generator().manual_seed(1))
+
+    def _move(self, start: int, stop: int) -> None:
+        import torch
+
+        assert self._src is not None
+        assert self._dst is not None
+        torch.index_select(self._src, 0, self._perm[start:stop], out=self._dst[start:stop])
+
+
+def peak_copy_bandwidth(buffer_bytes: int, repeats: int = 3) -> float:
+    """Return the best contiguous copy rate in bytes/s (read + write) of a large buffer.
+
+    The reference of the memory bandwidth proxy (:class:`~.sampler.MemoryCounter`).
+
+    Parameters
+    ----------
+    buffer_bytes : int
+        Bytes of each of the two buffers (make it far larger than the last-level cache).
+    repeats : int (default: 3)
+        Copies timed; the fastest counts.
+    """
+    import time
+
+    import torch
+
+    n = max(1, buffer_bytes // 4)
+    src = torch.ones(n, dtype=torch.float32)
+    dst = torch.zeros_like(src)
+    dst.copy_(src)
+    best = math.inf
+    for _ in range(max(1, repeats)):
+        start = time.perf_counter()
+        dst.copy_(src)
+        best = min(best, time.perf_counter() - start)
+    return 2.0 * 4 * n / max(best, 1e-9)
+
+
+class ShardWorkload:
+    """Write sample shards with fsync, read them back from the device, delete them.
+
+    Parameters
+    ----------
+    directory : str | Path
+        An existing, writable folder for the shards (the probe's temporary folder).
+    shard_samples : int
+        Samples per shard file (3 KiB each).
+    name : str (default: derived from the shard size)
+        Workload name.
+    """
+
+    resource = "disk"
+
+    def __init__(self, directory: str | Path, shard_samples: int, name: str | None = None) -> None:
+        if shard_samples < 1:
+            raise ValueError(f"shard_samples must be >= 1, got {shard_samples}")
+        self.directory = Path(directory)
+        self.shard_samples = shard_samples
+        self.name = name or f"disk-{shard_samples * DISK_SAMPLE_BYTES // 1024}k"
+        self._data = b""
+        self._paths: list[Path] = []
+
+    def prepare(self, samples: int) -> None:
+        """Make one shard's worth of pseudo-random bytes."""
+        _check_samples(samples)
+        import random
+
+        size = min(samples, self.shard_samples) * DISK_SAMPLE_BYTES
+        self._data = random.Random(0).randbytes(size)
+
+    def run(self, samples: int) -> None:
+        """Write ``samples`` samples in shards (fsync each), read them back, delete them."""
+        _check_samples(samples)
+        if not self._data:
+            raise RuntimeError(f"{self.name}: prepare() before run()")
+        per_shard = len(self._data) // DISK_SAMPLE_BYTES
+        shards = math.ceil(samples / per_shard)
+        sizes = [per_shard] * (shards - 1) + [samples - per_shard * (shards - 1)]
+        view = memoryview(self._data)
+        try:
+            for i, count in enumerate(sizes):
+                path = self.directory / f"shard-{i:06d}.bin"
+                self._paths.append(path)
+                self._write(path, view[: count * DISK_SAMPLE_BYTES])
+            for path, count in zip(self._paths, sizes, strict=True):
+                self._read(path, count * DISK_SAMPLE_BYTES)
+        finally:
+            self._remove()
+
+    @staticmethod
+    def _write(path: Path, data: memoryview) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            written = 0
+            while written < len(data):
+                written += os.write(fd, data[written:])
+            os.fsync(fd)
+            if hasattr(os, "posix_fadvise"):
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _read(path: Path, size: int) -> None:
+        with open(path, "rb", buffering=0) as fh:
+            got = len(fh.read(size))
+        if got != size:
+            raise OSError(f"short read from {path}: {got} of {size} bytes")
+
+    def _remove(self) -> None:
+        paths, self._paths = self._paths, []
+        for path in paths:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+    def close(self) -> None:
+        """Delete any shard still on disk and drop the data."""
+        self._remove()
+        self._data = b""
