@@ -1,0 +1,204 @@
+"""Incoming messages parsed once into typed records; replies built from typed results.
+
+Every key comes from :mod:`flower_edge.wire`. Parsing validates types and ranges and raises
+:class:`~flower_edge.errors.InputError` naming the key; the ClientApp turns that into an error
+reply.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
+
+from flower_edge import wire
+from flower_edge.errors import InputError
+
+__all__ = [
+    "ProfileMode",
+    "ProfileRequest",
+    "TrainRequest",
+    "parse_arrays",
+    "parse_profile",
+    "parse_train",
+]
+
+ProfileMode = Literal["quick", "full"]
+
+
+@dataclass(frozen=True)
+class TrainRequest:
+    """A ``train`` message.
+
+    Attributes
+    ----------
+    arrays : ArrayRecord | None
+        The global model, when the message carries one.
+    server_round : int | None
+        :data:`~flower_edge.wire.SERVER_ROUND`.
+    global_version : int | None
+        :data:`~flower_edge.wire.GLOBAL_VERSION` (>= 0).
+    job_id : int | None
+        :data:`~flower_edge.wire.JOB_ID`; ``None`` for a plain Flower server.
+    sample_share : int | None
+        :data:`~flower_edge.wire.SAMPLE_SHARE` (>= 0); ``None``: ``local-epochs`` epochs.
+    slice_budget : float
+        :data:`~flower_edge.wire.SLICE_BUDGET` (>= 0; 0 = the whole job in one message).
+    match_ratio : float | None
+        :data:`~flower_edge.wire.MATCH_RATIO`, clipped to [0, 1].
+    value_node_ids, values : tuple
+        :data:`~flower_edge.wire.VALUE_NODE_IDS` / :data:`~flower_edge.wire.VALUES`.
+    values_round : int | None
+        :data:`~flower_edge.wire.VALUES_ROUND`.
+    send_time : float | None
+        :data:`~flower_edge.wire.SEND_TIME` (server or virtual clock).
+    download_bytes : int
+        Bytes of the arrays carried (0 without arrays).
+    """
+
+    arrays: ArrayRecord | None
+    server_round: int | None
+    global_version: int | None
+    job_id: int | None
+    sample_share: int | None
+    slice_budget: float
+    match_ratio: float | None
+    value_node_ids: tuple[int, ...]
+    values: tuple[float, ...]
+    values_round: int | None
+    send_time: float | None
+    download_bytes: int
+
+
+@dataclass(frozen=True)
+class ProfileRequest:
+    """A ``query.profile`` message: the profile mode."""
+
+    mode: ProfileMode
+
+
+def _content(msg: Message) -> RecordDict:
+    if not msg.has_content():
+        raise InputError("message has no content")
+    return msg.content
+
+
+def _config(content: RecordDict) -> ConfigRecord:
+    rec = content.get(wire.CONFIG)
+    if rec is None:
+        return ConfigRecord()
+    if not isinstance(rec, ConfigRecord):
+        raise InputError(f"record {wire.CONFIG!r} must be a ConfigRecord")
+    return rec
+
+
+def parse_arrays(content: RecordDict) -> ArrayRecord | None:
+    """Return the message's ArrayRecord (under :data:`~flower_edge.wire.ARRAYS` or alone)."""
+    rec = content.get(wire.ARRAYS)
+    if rec is not None:
+        if not isinstance(rec, ArrayRecord):
+            raise InputError(f"record {wire.ARRAYS!r} must be an ArrayRecord")
+        return rec
+    found = list(content.array_records.values())
+    if len(found) > 1:
+        raise InputError(f"message carries {len(found)} ArrayRecords, expected at most one")
+    return found[0] if found else None
+
+
+def _int(cfg: ConfigRecord, key: str, low: int | None = 0) -> int | None:
+    value = cfg.get(key)
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"config {key!r} must be an int, got {value!r}")
+    if low is not None and value < low:
+        raise InputError(f"config {key!r} must be >= {low}, got {value}")
+    return value
+
+
+def _real(cfg: ConfigRecord, key: str) -> float | None:
+    value = cfg.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        raise InputError(f"config {key!r} must be a number, got {value!r}")
+    return float(value)
+
+
+def _list(cfg: ConfigRecord, key: str, kind: type) -> tuple[object, ...]:
+    value = cfg.get(key, [])
+    if not isinstance(value, list):
+        raise InputError(f"config {key!r} must be a list, got {value!r}")
+    for v in value:
+        ok = isinstance(v, kind) or (kind is float and isinstance(v, int))
+        if isinstance(v, bool) or not ok:
+            raise InputError(f"config {key!r} must hold {kind.__name__} values, got {v!r}")
+    return tuple(value)
+
+
+def parse_train(msg: Message) -> TrainRequest:
+    """Parse and validate a ``train`` message.
+
+    Raises
+    ------
+    InputError
+        If a key has the wrong type or is out of range (the message names it).
+    """
+    content = _content(msg)
+    cfg = _config(content)
+    arrays = parse_arrays(content)
+    budget = _real(cfg, wire.SLICE_BUDGET)
+    if budget is not None and not budget >= 0:
+        raise InputError(f"config {wire.SLICE_BUDGET!r} must be >= 0, got {budget}")
+    ratio = _real(cfg, wire.MATCH_RATIO)
+    if ratio is not None and not math.isfinite(ratio):
+        raise InputError(f"config {wire.MATCH_RATIO!r} must be finite, got {ratio}")
+    node_ids = tuple(int(v) for v in _list(cfg, wire.VALUE_NODE_IDS, int))  # type: ignore[call-overload]
+    values = tuple(float(v) for v in _list(cfg, wire.VALUES, float))  # type: ignore[arg-type]
+    if len(node_ids) != len(values):
+        raise InputError(
+            f"config {wire.VALUE_NODE_IDS!r} and {wire.VALUES!r} must have the same length, "
+            f"got {len(node_ids)} and {len(values)}"
+        )
+    for v in values:
+        if not 0.0 <= v <= 1.0:
+            raise InputError(f"config {wire.VALUES!r} must hold values in [0, 1], got {v}")
+    send_time = _real(cfg, wire.SEND_TIME)
+    if send_time is not None and not math.isfinite(send_time):
+        raise InputError(f"config {wire.SEND_TIME!r} must be finite, got {send_time}")
+    return TrainRequest(
+        arrays=arrays,
+        server_round=_int(cfg, wire.SERVER_ROUND),
+        global_version=_int(cfg, wire.GLOBAL_VERSION),
+        job_id=_int(cfg, wire.JOB_ID, low=None),
+        sample_share=_int(cfg, wire.SAMPLE_SHARE),
+        slice_budget=budget or 0.0,
+        match_ratio=None if ratio is None else min(1.0, max(0.0, ratio)),
+        value_node_ids=node_ids,
+        values=values,
+        values_round=_int(cfg, wire.VALUES_ROUND, low=None),
+        send_time=send_time,
+        download_bytes=0 if arrays is None else arrays.count_bytes(),
+    )
+
+
+def parse_profile(msg: Message) -> ProfileRequest:
+    """Parse a ``query.profile`` message (mode defaults to ``"quick"``).
+
+    Raises
+    ------
+    InputError
+        If :data:`~flower_edge.wire.PROFILE_MODE` is not ``"quick"`` or ``"full"``.
+    """
+    cfg = _config(_content(msg)) if msg.has_content() else ConfigRecord()
+    mode = cfg.get(wire.PROFILE_MODE, "quick")
+    modes = get_args(ProfileMode)
+    if mode not in modes:
+        raise InputError(
+            f"config {wire.PROFILE_MODE!r} must be one of {', '.join(modes)}, got {mode!r}"
+        )
+    return ProfileRequest(mode=mode)  # type: ignore[arg-type]

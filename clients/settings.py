@@ -1,0 +1,114 @@
+"""Run-config keys read by the client, validated into one frozen record.
+
+The keys live in ``[tool.flwr.app.config]`` (``flwr run``) or ``--run-config``; a key that is
+absent takes the :class:`~clients.task.Task` default (training) or the default below (decision).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from clients.task import Task
+from flower_edge.errors import ConfigError
+
+__all__ = [
+    "ALPHA",
+    "DEFAULT_ALPHA",
+    "DEFAULT_SEED",
+    "DEFAULT_THETA",
+    "LEARNING_RATE",
+    "BATCH_SIZE",
+    "LOCAL_EPOCHS",
+    "RUN_CONFIG_KEYS",
+    "SEED",
+    "THETA",
+    "ClientSettings",
+]
+
+LEARNING_RATE: Final = "learning-rate"
+BATCH_SIZE: Final = "batch-size"
+LOCAL_EPOCHS: Final = "local-epochs"
+ALPHA: Final = "alpha"
+THETA: Final = "theta"
+SEED: Final = "seed"
+#: every run-config key the client reads
+RUN_CONFIG_KEYS: Final = (LEARNING_RATE, BATCH_SIZE, LOCAL_EPOCHS, ALPHA, THETA, SEED)
+
+DEFAULT_ALPHA: Final = 0.5
+DEFAULT_THETA: Final = 0.6
+DEFAULT_SEED: Final = 0
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """Validated client settings of one run.
+
+    Attributes
+    ----------
+    learning_rate : float
+        ``learning-rate`` (> 0).
+    batch_size : int
+        ``batch-size`` (int >= 1).
+    local_epochs : int
+        ``local-epochs`` (int >= 1): epochs per round when the server sends no sample share.
+    alpha : float
+        ``alpha`` in [0, 1]: weight of resources against value in the abandon score.
+    theta : float
+        ``theta`` >= 0: abandon the stale job iff the score is >= theta.
+    seed : int
+        ``seed`` (int >= 0): seeds the sample order of every job.
+    """
+
+    learning_rate: float
+    batch_size: int
+    local_epochs: int
+    alpha: float
+    theta: float
+    seed: int
+
+    @classmethod
+    def from_run_config(cls, run_config: Mapping[str, object], task: Task) -> ClientSettings:
+        """Read and validate the run config; absent keys take the task's defaults.
+
+        Raises
+        ------
+        ConfigError
+            If a key has the wrong type or is out of range (the message names it).
+        """
+
+        def real(key: str, default: float) -> float:
+            value = run_config.get(key, default)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(f"run config {key!r} must be a number, got {value!r}")
+            if math.isnan(value):
+                raise ConfigError(f"run config {key!r} must be a number, got nan")
+            return float(value)
+
+        def integer(key: str, default: int, low: int) -> int:
+            value = run_config.get(key, default)
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ConfigError(f"run config {key!r} must be an int >= {low}, got {value!r}")
+            return value
+
+        learning_rate = real(LEARNING_RATE, task.learning_rate)
+        if not (learning_rate > 0 and math.isfinite(learning_rate)):
+            raise ConfigError(f"run config {LEARNING_RATE!r} must be > 0, got {learning_rate}")
+        alpha = real(ALPHA, DEFAULT_ALPHA)
+        if not 0.0 <= alpha <= 1.0:
+            raise ConfigError(f"run config {ALPHA!r} must be in [0, 1], got {alpha}")
+        theta = real(THETA, DEFAULT_THETA)
+        if not theta >= 0.0:
+            raise ConfigError(f"run config {THETA!r} must be >= 0 (inf allowed), got {theta}")
+        return cls(
+            learning_rate=learning_rate,
+            batch_size=integer(BATCH_SIZE, task.batch_size, 1),
+            local_epochs=integer(LOCAL_EPOCHS, task.local_epochs, 1),
+            alpha=alpha,
+            theta=theta,
+            seed=integer(SEED, DEFAULT_SEED, 0),
+        )

@@ -1,0 +1,334 @@
+"""The user's task (model factory, data loader, training defaults) and the local loops.
+
+Local training runs on a deterministic *sample stream*: the node's training samples in a fresh
+seeded permutation per epoch, epochs concatenated as needed. A job of ``share`` samples consumes
+the first ``share`` samples of its stream in batches of ``batch_size``; batch ``k`` always covers
+stream positions ``[k*B, min((k+1)*B, share))``, so a job trained in several slices sees exactly
+the batches of a job trained at once. The stream depends only on (seed, node, job key).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+import numpy as np
+import torch
+from flwr.app import Context
+from torch import nn
+from torch.utils.data import Dataset, TensorDataset
+from torch.utils.data.dataloader import default_collate
+
+from flower_edge.errors import ConfigError
+
+__all__ = [
+    "OPTIMIZERS",
+    "EvalResult",
+    "Optimizer",
+    "SliceResult",
+    "Task",
+    "build_optimizer",
+    "evaluate_model",
+    "sized",
+    "stream_key",
+    "stream_indices",
+    "train_slice",
+]
+
+Optimizer = Literal["sgd", "adam"]
+OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
+Device = Literal["cpu", "auto"]
+
+
+@dataclass(frozen=True)
+class Task:
+    """What the user brings: a model factory, a data loader, and training defaults.
+
+    Every default below may be overridden per run by the run config (see
+    ``clients.settings``).
+
+    Parameters
+    ----------
+    model_fn : Callable[[], nn.Module]
+        Returns a fresh classification model (logits out). Called once per message.
+    load_data : Callable[[Context], tuple[Dataset, Dataset]]
+        Returns this node's ``(train, test)`` data sets; items are ``(features, label)``.
+        Called at most once per node and process (the result is cached by the ClientApp).
+    learning_rate : float (default: 0.05)
+        Step size, ``> 0``.
+    batch_size : int (default: 32)
+        Training batch size, ``>= 1``.
+    local_epochs : int (default: 1)
+        Epochs per round when the server assigns no sample share (a plain Flower server).
+    optimizer : {"sgd", "adam"} (default: "sgd")
+        Local optimizer; its state is kept across the slices of a job.
+    momentum : float (default: 0.9)
+        SGD momentum in ``[0, 1)``.
+    weight_decay : float (default: 0.0)
+        L2 penalty, ``>= 0``.
+    loss_fn : Callable[[], nn.Module] (default: nn.CrossEntropyLoss)
+        Factory of the training/evaluation loss (mean reduction over a batch).
+    eval_batch_size : int (default: 512)
+        Batch size of evaluation.
+    device : {"cpu", "auto"} (default: "cpu")
+        ``"auto"`` trains on CUDA when available, else on the CPU.
+    """
+
+    model_fn: Callable[[], nn.Module]
+    load_data: Callable[[Context], tuple[Dataset[Any], Dataset[Any]]]
+    learning_rate: float = 0.05
+    batch_size: int = 32
+    local_epochs: int = 1
+    optimizer: Optimizer = "sgd"
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    loss_fn: Callable[[], nn.Module] = field(default=nn.CrossEntropyLoss)
+    eval_batch_size: int = 512
+    device: Device = "cpu"
+
+    def __post_init__(self) -> None:
+        """Validate the defaults."""
+        if not (_is_real(self.learning_rate) and self.learning_rate > 0):
+            raise ConfigError(f"learning_rate must be > 0, got {self.learning_rate!r}")
+        for name in ("batch_size", "local_epochs", "eval_batch_size"):
+            value = getattr(self, name)
+            if not (_is_int(value) and value >= 1):
+                raise ConfigError(f"{name} must be an int >= 1, got {value!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError(
+                f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}"
+            )
+        if not (_is_real(self.momentum) and 0.0 <= self.momentum < 1.0):
+            raise ConfigError(f"momentum must be in [0, 1), got {self.momentum!r}")
+        if not (_is_real(self.weight_decay) and self.weight_decay >= 0.0):
+            raise ConfigError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
+        if self.device not in get_args(Device):
+            raise ConfigError(
+                f"device must be one of {', '.join(get_args(Device))}, got {self.device!r}"
+            )
+
+    def torch_device(self) -> torch.device:
+        """Return the device to train on (CUDA only when asked for and present)."""
+        if self.device == "auto" and torch.cuda.is_available():
+            return torch.device("cuda")
+        return torch.device("cpu")
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_real(x: object) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def sized(data: Dataset[Any]) -> int:
+    """Return ``len(data)`` (a map-style data set must define ``__len__``)."""
+    return len(data)  # type: ignore[arg-type]
+
+
+def build_optimizer(
+    name: Optimizer,
+    params: Any,
+    learning_rate: float,
+    momentum: float,
+    weight_decay: float,
+) -> torch.optim.Optimizer:
+    """Build the local optimizer by name."""
+    if name == "sgd":
+        return torch.optim.SGD(
+            params, lr=learning_rate, momentum=momentum, weight_decay=weight_decay
+        )
+    if name == "adam":
+        return torch.optim.Adam(params, lr=learning_rate, weight_decay=weight_decay)
+    raise ConfigError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {name!r}")
+
+
+# ---------------------------------------------------------------- the sample stream
+
+
+def stream_key(seed: int, node_id: int, job: int | str) -> int:
+    """Return a 63-bit key of the sample stream of one job on one node (stable across runs)."""
+    digest = hashlib.blake2b(f"{seed}|{node_id}|{job}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def _epoch_order(key: int, epoch: int, n: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed((key + 0x9E3779B97F4A7C15 * (epoch + 1)) % 2**63)
+    return torch.randperm(n, generator=gen)
+
+
+def stream_indices(key: int, start: int, count: int, n: int) -> torch.Tensor:
+    """Return stream positions ``[start, start + count)`` as indices into ``n`` samples.
+
+    Position ``p`` is sample ``perm_e[p mod n]`` of epoch ``e = p // n``, each epoch a fresh
+    permutation seeded from ``key`` and ``e``.
+    """
+    if n <= 0 or count <= 0:
+        return torch.zeros(0, dtype=torch.int64)
+    parts: list[torch.Tensor] = []
+    pos, end = start, start + count
+    while pos < end:
+        epoch, offset = divmod(pos, n)
+        take = min(n - offset, end - pos)
+        parts.append(_epoch_order(key, epoch, n)[offset : offset + take])
+        pos += take
+    return torch.cat(parts)
+
+
+def _batch(data: Dataset[Any], idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if isinstance(data, TensorDataset):
+        return data.tensors[0][idx], data.tensors[1][idx]
+    items = default_collate([data[int(i)] for i in idx])
+    return items[0], items[1]
+
+
+# ---------------------------------------------------------------- training and evaluation
+
+
+@dataclass(frozen=True)
+class SliceResult:
+    """What one training slice did.
+
+    Attributes
+    ----------
+    position : int
+        Stream position after the slice (samples of the job processed so far).
+    samples : int
+        Samples processed in this slice.
+    loss_sum : float
+        Sum over the slice's samples of the per-sample training loss.
+    seconds : float
+        Host wall-clock seconds spent training.
+    credit : int
+        Samples granted but not yet processed (less than one batch), carried to the next slice.
+    """
+
+    position: int
+    samples: int
+    loss_sum: float
+    seconds: float
+    credit: int
+
+
+def train_slice(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: nn.Module,
+    data: Dataset[Any],
+    *,
+    key: int,
+    share: int,
+    position: int,
+    batch_size: int,
+    grant: int | None = None,
+    deadline: float | None = None,
+    device: torch.device | None = None,
+) -> SliceResult:
+    """Train whole batches of the job's stream from ``position`` towards ``share``.
+
+    Parameters
+    ----------
+    model, optimizer, loss_fn
+        The job's model, optimizer (state restored) and loss.
+    data : Dataset
+        The node's training data.
+    key : int
+        The job's stream key (:func:`stream_key`).
+    share : int
+        Samples of the whole job.
+    position : int
+        Samples already processed (a batch boundary).
+    batch_size : int
+        Batch size ``B``.
+    grant : int | None (default: None)
+        Samples this slice may process (virtual clock; includes carried credit): whole batches
+        are trained while the next batch fits in what is left. ``None`` = no limit.
+    deadline : float | None (default: None)
+        ``time.perf_counter()`` value after which no new batch starts (wall clock); at least one
+        batch is trained. ``None`` = no deadline.
+    device : torch.device | None (default: None)
+        Where to train; ``None`` = the CPU.
+
+    Returns
+    -------
+    SliceResult
+        Progress of the slice.
+    """
+    n = sized(data)
+    model.train()
+    start_time = time.perf_counter()
+    pos, loss_sum, left = position, 0.0, grant
+    trained_batches = 0
+    if n == 0:
+        share = position  # nothing to sample from: the job ends with what it has
+    while pos < share:
+        size = min(batch_size, share - pos)
+        if left is not None and size > left:
+            break
+        if deadline is not None and trained_batches > 0 and time.perf_counter() >= deadline:
+            break
+        x, y = _batch(data, stream_indices(key, pos, size, n))
+        if device is not None:
+            x, y = x.to(device), y.to(device)
+        optimizer.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        loss_sum += float(loss.detach()) * size
+        pos += size
+        trained_batches += 1
+        if left is not None:
+            left -= size
+    credit = 0 if (left is None or pos >= share) else left
+    return SliceResult(
+        position=pos,
+        samples=pos - position,
+        loss_sum=loss_sum,
+        seconds=time.perf_counter() - start_time,
+        credit=credit,
+    )
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """Evaluation of a model on a data set: ``num_examples``, mean ``loss``, ``accuracy``."""
+
+    num_examples: int
+    loss: float
+    accuracy: float
+
+
+@torch.no_grad()
+def evaluate_model(
+    model: nn.Module,
+    loss_fn: nn.Module,
+    data: Dataset[Any],
+    *,
+    batch_size: int = 512,
+    device: torch.device | None = None,
+) -> EvalResult:
+    """Return the mean loss and the accuracy of ``model`` on ``data`` (0 and 0 when empty)."""
+    n = sized(data)
+    if n == 0:
+        return EvalResult(0, 0.0, 0.0)
+    model.eval()
+    loss_sum, correct = 0.0, 0
+    for start in range(0, n, batch_size):
+        idx = torch.arange(start, min(start + batch_size, n))
+        x, y = _batch(data, idx)
+        if device is not None:
+            x, y = x.to(device), y.to(device)
+        logits = model(x)
+        loss_sum += float(loss_fn(logits, y)) * len(idx)
+        correct += int((logits.argmax(dim=1) == y).sum())
+    return EvalResult(n, loss_sum / n, correct / n)
+
+
+def state_dict_arrays(model: nn.Module) -> dict[str, np.ndarray[Any, Any]]:
+    """Return the model's ``state_dict`` as numpy arrays on the CPU (copies)."""
+    return {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
