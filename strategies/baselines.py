@@ -1,0 +1,177 @@
+"""Asynchronous baselines on the same event loop: FedBuff and FedAsync.
+
+Flower's own :class:`~flwr.serverapp.strategy.FedAvg` is the synchronous baseline. Both
+baselines here send no values and, by default, do not profile nodes (equal shares).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from flower_edge.errors import ConfigError
+from flower_edge.staleness import MIXINGS, MixingName, fedasync_mixing, fedbuff_weight
+from strategies.config import ShareConfig, ValuationConfig
+from strategies.loop import Combined, SemiAsyncStrategy, Update
+
+__all__ = ["FedAsync", "FedBuff"]
+
+NDArray = npt.NDArray[Any]
+
+
+def _cast_like(values: npt.NDArray[np.float64], ref: NDArray) -> NDArray:
+    if ref.dtype.kind != "f":
+        values = np.rint(values)
+    return values.astype(ref.dtype, copy=False)
+
+
+def _baseline_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
+    kwargs.setdefault("shares", ShareConfig(profile=False, rebalance="off"))
+    kwargs.setdefault("valuation", ValuationConfig(mode="off"))
+    kwargs.setdefault("decay", "constant")
+    return kwargs
+
+
+class FedBuff(SemiAsyncStrategy):
+    """FedBuff: buffered asynchronous aggregation (Nguyen et al., AISTATS 2022).
+
+    Aggregates when the buffer holds K updates (``>= threshold``): ``x <- x + eta * (1/K)
+    sum_i s(tau_i) (x_i - x_{base_i})`` with ``s(tau) = 1 / sqrt(1 + tau)`` and ``tau_i`` the
+    versions published since update i's base.
+
+    Parameters
+    ----------
+    threshold : int
+        Buffer size K, ``>= 1`` and ``<=`` the number of nodes.
+    server_lr : float (default: 1.0)
+        ``eta``, ``> 0``.
+    **options
+        As :class:`~strategies.loop.SemiAsyncStrategy` (defaults: no profiling, no values).
+    """
+
+    name = "fedbuff"
+
+    def __init__(self, threshold: int, *, server_lr: float = 1.0, **options: Any) -> None:
+        super().__init__(threshold, **_baseline_defaults(options))
+        if not (isinstance(server_lr, int | float) and server_lr > 0 and np.isfinite(server_lr)):
+            raise ConfigError(f"server_lr must be a finite number > 0, got {server_lr!r}")
+        self.server_lr = float(server_lr)
+
+    def aggregation_due(self, buffered: int) -> bool:
+        """Return ``buffered >= K``."""
+        return buffered >= self.threshold
+
+    def trigger_text(self) -> str:
+        """Describe the trigger."""
+        return f">= K = {self.threshold}"
+
+    def values_enabled(self) -> bool:
+        """Return ``False``: no values."""
+        return False
+
+    def sends_values(self) -> bool:
+        """Return ``False``: no values."""
+        return False
+
+    def combine(
+        self,
+        global_arrays: list[NDArray],
+        updates: Sequence[Update],
+        version: int,
+        bases: dict[int, list[NDArray]],
+    ) -> Combined:
+        """Apply the mean of the staleness-weighted deltas."""
+        weights = tuple(fedbuff_weight(version - u.base_version) for u in updates)
+        out = []
+        for i, ref in enumerate(global_arrays):
+            step = np.zeros(ref.shape, dtype=np.float64)
+            for update, weight in zip(updates, weights, strict=True):
+                base = bases[update.base_version][i]
+                step += weight * (update.arrays[i].astype(np.float64) - base.astype(np.float64))
+            new = ref.astype(np.float64) + self.server_lr * step / len(updates)
+            out.append(_cast_like(new, ref))
+        return Combined(out, weights)
+
+
+class FedAsync(SemiAsyncStrategy):
+    """FedAsync: mix every update into the global as it arrives (Xie, Koyejo, Gupta, 2019).
+
+    ``x <- (1 - alpha_t) x + alpha_t x_new`` with ``alpha_t = alpha * s(t - tau)``,
+    ``s`` polynomial ``(1 + t - tau)^-a``, hinge or constant. ``threshold`` is fixed to 1
+    (every update aggregates); it only sets the nodes to wait for (2).
+
+    Parameters
+    ----------
+    alpha : float (default: 0.6)
+        Base mixing weight in ``(0, 1]``.
+    staleness_fn : {"polynomial", "hinge", "constant"} (default: "polynomial")
+        ``s``.
+    a, b : float (default: 0.5, 4.0)
+        Parameters of ``s``.
+    **options
+        As :class:`~strategies.loop.SemiAsyncStrategy` (defaults: no profiling, no values).
+    """
+
+    name = "fedasync"
+
+    def __init__(
+        self,
+        *,
+        alpha: float = 0.6,
+        staleness_fn: MixingName = "polynomial",
+        a: float = 0.5,
+        b: float = 4.0,
+        **options: Any,
+    ) -> None:
+        options.pop("threshold", None)
+        super().__init__(1, **_baseline_defaults(options))
+        if staleness_fn not in MIXINGS:
+            raise ConfigError(
+                f"staleness_fn must be one of {', '.join(MIXINGS)}; got {staleness_fn!r}"
+            )
+        fedasync_mixing(alpha, 0, staleness_fn, a, b)  # validates alpha, a, b
+        self.alpha = alpha
+        self.staleness_fn: MixingName = staleness_fn
+        self.a = a
+        self.b = b
+
+    def aggregation_due(self, buffered: int) -> bool:
+        """Return ``True``: every update is mixed in at once."""
+        return buffered >= 1
+
+    def trigger_text(self) -> str:
+        """Describe the trigger."""
+        return ">= 1 (every update)"
+
+    def values_enabled(self) -> bool:
+        """Return ``False``: no values."""
+        return False
+
+    def sends_values(self) -> bool:
+        """Return ``False``: no values."""
+        return False
+
+    def combine(
+        self,
+        global_arrays: list[NDArray],
+        updates: Sequence[Update],
+        version: int,
+        bases: dict[int, list[NDArray]],
+    ) -> Combined:
+        """Mix the updates in, one after the other."""
+        current = [ref.astype(np.float64) for ref in global_arrays]
+        weights = []
+        for update in updates:
+            mix = fedasync_mixing(
+                self.alpha, version - update.base_version, self.staleness_fn, self.a, self.b
+            )
+            weights.append(mix)
+            current = [
+                (1.0 - mix) * c + mix * x.astype(np.float64)
+                for c, x in zip(current, update.arrays, strict=True)
+            ]
+        out = [_cast_like(c, ref) for c, ref in zip(current, global_arrays, strict=True)]
+        return Combined(out, tuple(weights))

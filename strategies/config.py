@@ -1,0 +1,264 @@
+"""Option groups of the semi-asynchronous strategies, as frozen dataclasses validated on creation.
+
+:class:`~strategies.EdgeStrategy` takes the few options everyone sets as keywords
+(``threshold``, ``decay``, ``checkpoint_dir``, ...) and the rest grouped here, so that the
+baselines share them without copying ten arguments each.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+import numpy as np
+import numpy.typing as npt
+from flwr.app import ArrayRecord
+
+from flower_edge.errors import ConfigError
+
+__all__ = [
+    "REBALANCE_METHODS",
+    "VALUATION_MODES",
+    "WEIGHT_BASES",
+    "LoopConfig",
+    "RebalanceMethod",
+    "ShareConfig",
+    "StopConfig",
+    "ValuationConfig",
+    "ValuationMode",
+    "WeightBasis",
+]
+
+RebalanceMethod = Literal["seed", "optimal", "off"]
+REBALANCE_METHODS: tuple[str, ...] = get_args(RebalanceMethod)
+ValuationMode = Literal["loo", "first-order", "off"]
+VALUATION_MODES: tuple[str, ...] = get_args(ValuationMode)
+WeightBasis = Literal["share", "num-examples", "uniform"]
+WEIGHT_BASES: tuple[str, ...] = get_args(WeightBasis)
+ProfileMode = Literal["quick", "full"]
+PROFILE_MODES: tuple[str, ...] = get_args(ProfileMode)
+
+GradientFn = Callable[[ArrayRecord], Sequence[npt.NDArray[Any]]]
+
+
+def _positive(
+    name: str, value: float | None, *, allow_zero: bool = False, optional: bool = False
+) -> None:
+    if value is None:
+        if optional:
+            return
+        raise ConfigError(f"{name} must be set")
+    if isinstance(value, bool) or not isinstance(value, int | float | np.floating | np.integer):
+        raise ConfigError(f"{name} must be a number, got {value!r}")
+    ok = value >= 0 if allow_zero else value > 0
+    if not math.isfinite(float(value)) or not ok:
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ConfigError(f"{name} must be finite and {bound}, got {value!r}")
+
+
+def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    """How the event loop sends, waits and times out.
+
+    Parameters
+    ----------
+    slice_budget : float (default: 0.0)
+        Seconds of local training per train message (virtual seconds under a virtual
+        clock); the client answers each slice with a progress report, which is a preemption
+        point. ``0`` = no slicing: each message runs the job to completion.
+    deadline : float, optional
+        Soft per-message deadline in clock seconds. A node whose reply is not in by then is
+        dropped from the round (marked late, logged, never waited on); its late reply is
+        accepted once, with its decayed weight, unless ``accept_late`` is false or it is
+        beyond ``staleness_bound``. ``None`` = no soft deadline.
+    accept_late : bool (default: True)
+        Whether a finished update that missed its deadline may still be aggregated.
+    staleness_bound : int, optional
+        Reject finished updates whose base is more than this many versions old.
+    lookahead : float (default: 0.0)
+        Virtual clock only: a lower bound on any reply's virtual duration. An event at time t
+        is processed once every outstanding message has returned or was sent after
+        ``t - lookahead``; 0 waits for all outstanding replies (exact, least parallel).
+    poll_interval : float (default: 0.05)
+        Real seconds between two polls of the grid when nothing is ready.
+    registration_timeout : float (default: 120.0)
+        Real seconds to wait for ``min_nodes`` nodes to register before the first round.
+    min_nodes : int, optional
+        Nodes to wait for before starting (default: ``threshold + 1``, the fewest with
+        which the count can pass K).
+    time_budget : float, optional
+        Stop once this many clock seconds have passed since the start.
+    """
+
+    slice_budget: float = 0.0
+    deadline: float | None = None
+    accept_late: bool = True
+    staleness_bound: int | None = None
+    lookahead: float = 0.0
+    poll_interval: float = 0.05
+    registration_timeout: float = 120.0
+    min_nodes: int | None = None
+    time_budget: float | None = None
+
+    def __post_init__(self) -> None:
+        _positive("slice_budget", self.slice_budget, allow_zero=True)
+        _positive("deadline", self.deadline, optional=True)
+        if self.staleness_bound is not None and (
+            isinstance(self.staleness_bound, bool)
+            or not isinstance(self.staleness_bound, int)
+            or self.staleness_bound < 0
+        ):
+            raise ConfigError(
+                f"staleness_bound must be an integer >= 0, got {self.staleness_bound!r}"
+            )
+        _positive("lookahead", self.lookahead, allow_zero=True)
+        _positive("poll_interval", self.poll_interval)
+        _positive("registration_timeout", self.registration_timeout, allow_zero=True)
+        if self.min_nodes is not None and (
+            isinstance(self.min_nodes, bool)
+            or not isinstance(self.min_nodes, int)
+            or self.min_nodes < 1
+        ):
+            raise ConfigError(f"min_nodes must be an integer >= 1, got {self.min_nodes!r}")
+        _positive("time_budget", self.time_budget, optional=True)
+
+
+@dataclass(frozen=True)
+class ShareConfig:
+    """Sample shares (seed 000) and the weight coefficient ``c_i`` of each update.
+
+    Parameters
+    ----------
+    profile : bool (default: True)
+        Ask each node for its resource profile (``query.profile``) before the first round.
+        Nodes that do not answer, or answer badly, get equal shares (logged).
+    profile_mode : {"quick", "full"} (default: "quick")
+        Sent to the clients with the profile query.
+    profile_timeout : float (default: 120.0)
+        Real seconds to wait for profile replies.
+    total_samples : int, optional
+        Training samples per round over all nodes, ``F`` in seed formula 7 (default: the
+        mean of the reported local sample counts times the number of nodes; 0 when nobody
+        reports, which tells every client to use its own default).
+    compute_share : float (default: 0.5)
+        ``p_c`` of the distorted radar chart, in ``[0, 1]`` (from a ModelProfile when known).
+    order_invariant : bool (default: False)
+        Average the radar area over axis orders instead of the seed's C-G-M-D order.
+    max_share_fraction : float (default: 0.5)
+        Cap on any node's share as a fraction of the total, against absurd profile claims;
+        in ``(0, 1]`` and at least ``1 / number of nodes``.
+    rebalance : {"seed", "optimal", "off"} (default: "seed")
+        After each aggregation refit ``T = k f + b`` per node and move samples (seed 000
+        step 9, or the equal-finish optimum).
+    weight_by : {"share", "num-examples", "uniform"} (default: "share")
+        ``c_i``: the job's sample share (the seed's default), the reported ``num-examples``,
+        or 1.
+    absurd_factor : float (default: 100.0)
+        Reject a finished update claiming more than ``absurd_factor`` times its share of
+        examples (when the share is known).
+    """
+
+    profile: bool = True
+    profile_mode: ProfileMode = "quick"
+    profile_timeout: float = 120.0
+    total_samples: int | None = None
+    compute_share: float = 0.5
+    order_invariant: bool = False
+    max_share_fraction: float = 0.5
+    rebalance: RebalanceMethod = "seed"
+    weight_by: WeightBasis = "share"
+    absurd_factor: float = 100.0
+
+    def __post_init__(self) -> None:
+        _choice("profile_mode", self.profile_mode, PROFILE_MODES)
+        _positive("profile_timeout", self.profile_timeout, allow_zero=True)
+        if self.total_samples is not None and (
+            isinstance(self.total_samples, bool)
+            or not isinstance(self.total_samples, int)
+            or self.total_samples < 0
+        ):
+            raise ConfigError(f"total_samples must be an integer >= 0, got {self.total_samples!r}")
+        _positive("compute_share", self.compute_share, allow_zero=True)
+        if self.compute_share > 1:
+            raise ConfigError(f"compute_share must be in [0, 1], got {self.compute_share!r}")
+        _positive("max_share_fraction", self.max_share_fraction)
+        if self.max_share_fraction > 1:
+            raise ConfigError(
+                f"max_share_fraction must be in (0, 1], got {self.max_share_fraction!r}"
+            )
+        _choice("rebalance", self.rebalance, REBALANCE_METHODS)
+        _choice("weight_by", self.weight_by, WEIGHT_BASES)
+        _positive("absurd_factor", self.absurd_factor)
+        if self.absurd_factor < 1:
+            raise ConfigError(f"absurd_factor must be >= 1, got {self.absurd_factor!r}")
+
+
+@dataclass(frozen=True)
+class ValuationConfig:
+    """Leave-one-out values of the participants (seed 001, step 4).
+
+    Parameters
+    ----------
+    mode : {"loo", "first-order", "off"} (default: "loo")
+        ``"loo"``: exact leave-one-out, one ``evaluate_fn`` call per participant on the
+        global model without it (a subtraction from the running weighted sum).
+        ``"first-order"``: the cheaper loss-based estimate from one gradient of the test
+        loss (needs ``gradient_fn``). ``"off"``: equal values.
+    metric_key : str (default: "accuracy")
+        Key of the ``evaluate_fn`` MetricRecord to value by and to test convergence on.
+    higher_is_better : bool (default: True)
+        ``False`` for a loss-like metric.
+    gradient_fn : callable, optional
+        ``gradient_fn(arrays) -> list of arrays``: gradient of the test loss at ``arrays``
+        (``"first-order"`` only).
+    """
+
+    mode: ValuationMode = "loo"
+    metric_key: str = "accuracy"
+    higher_is_better: bool = True
+    gradient_fn: GradientFn | None = None
+
+    def __post_init__(self) -> None:
+        _choice("valuation mode", self.mode, VALUATION_MODES)
+        if not isinstance(self.metric_key, str) or not self.metric_key:
+            raise ConfigError(f"metric_key must be a non-empty string, got {self.metric_key!r}")
+        if self.mode == "first-order" and self.gradient_fn is None:
+            raise ConfigError("valuation mode 'first-order' needs gradient_fn")
+
+
+@dataclass(frozen=True)
+class StopConfig:
+    """Convergence criteria besides the round budget (``num_rounds`` of ``start``).
+
+    Parameters
+    ----------
+    target : float, optional
+        Stop once the test metric (``ValuationConfig.metric_key``) reaches it (>= when higher
+        is better, <= otherwise).
+    patience : int, optional
+        Stop after this many aggregations without an improvement of more than ``min_delta``.
+    min_delta : float (default: 0.0)
+        Smallest improvement that resets the patience counter; ``>= 0``.
+    """
+
+    target: float | None = None
+    patience: int | None = None
+    min_delta: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.target is not None and not math.isfinite(self.target):
+            raise ConfigError(f"target must be finite, got {self.target!r}")
+        if self.patience is not None and (
+            isinstance(self.patience, bool)
+            or not isinstance(self.patience, int)
+            or self.patience < 1
+        ):
+            raise ConfigError(f"patience must be an integer >= 1, got {self.patience!r}")
+        _positive("min_delta", self.min_delta, allow_zero=True)

@@ -1,0 +1,366 @@
+"""Typed records: each reply is parsed once, at the edge, into a frozen record.
+
+Parsing raises :class:`~flower_edge.errors.InputError` with the reason; the loop turns that
+into a logged rejection naming the node, never a crash. Also here: the records of the run's
+history that simulations and reports read (:class:`AggregationRecord`, :class:`JobEvent`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy.typing as npt
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+
+from flower_edge import wire
+from flower_edge.errors import InputError
+
+__all__ = [
+    "AggregationRecord",
+    "EventKind",
+    "JobEvent",
+    "ProfileRecord",
+    "TrainReply",
+    "arrays_from_record",
+    "parse_profile_reply",
+    "parse_train_reply",
+]
+
+NDArray = npt.NDArray[Any]
+EventKind = Literal[
+    "sent", "progress", "abandoned", "finished", "late", "rejected", "forgotten", "refused"
+]
+
+
+@dataclass(frozen=True)
+class ProfileRecord:
+    """A node's answer to the profile query.
+
+    Attributes
+    ----------
+    node_id : int
+        The node.
+    evaluations : tuple[float, float, float, float]
+        ``N`` for cpu, gpu, memory, disk (seed formula 4), each finite and >= 0.
+    local_samples : int
+        Size of the node's local training data (0 if not reported).
+    """
+
+    node_id: int
+    evaluations: tuple[float, float, float, float]
+    local_samples: int
+
+
+@dataclass(frozen=True)
+class TrainReply:
+    """A parsed reply to a train message.
+
+    Attributes
+    ----------
+    node_id : int
+        Sender.
+    reply_to : str
+        Id of the message it answers.
+    done : bool
+        Finished update (with arrays) or progress report.
+    arrays : tuple of numpy arrays, optional
+        The local model (finished updates only), in the global model's key order.
+    num_examples : int
+        Examples the update was trained on (>= 0).
+    job_id, base_version : int, optional
+        Absent for an unmodified Flower ClientApp ("drop-in").
+    samples_processed : int, optional
+        Samples of the job processed so far.
+    train_seconds : float, optional
+        Client-measured training seconds of this slice.
+    virtual_seconds : float, optional
+        Virtual duration of this slice, transfers included (virtual clock only).
+    abandoned : bool
+        This slice abandoned a stale job and restarted from a newer global.
+    abandoned_jobs : int, optional
+        The client's total of abandoned jobs.
+    train_loss : float, optional
+        Mean training loss reported.
+    drop_in : bool
+        The reply carries none of the edge protocol's keys (unmodified Flower ClientApp).
+    """
+
+    node_id: int
+    reply_to: str
+    done: bool
+    arrays: tuple[NDArray, ...] | None
+    num_examples: int
+    job_id: int | None
+    base_version: int | None
+    samples_processed: int | None
+    train_seconds: float | None
+    virtual_seconds: float | None
+    abandoned: bool
+    abandoned_jobs: int | None
+    train_loss: float | None
+    drop_in: bool
+
+
+def _number(metrics: MetricRecord, key: str, *, integer: bool, required: bool = False) -> Any:
+    if key not in metrics:
+        if required:
+            raise InputError(f"reply metric {key!r} is missing")
+        return None
+    value = metrics[key]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InputError(f"reply metric {key!r} must be a number, got {value!r}")
+    if not math.isfinite(float(value)):
+        raise InputError(f"reply metric {key!r} must be finite, got {value!r}")
+    if integer:
+        if float(value) != int(value):
+            raise InputError(f"reply metric {key!r} must be an integer, got {value!r}")
+        return int(value)
+    return float(value)
+
+
+def _only_record(records: dict[str, Any], key: str, kind: str) -> Any:
+    if key in records:
+        return records[key]
+    if len(records) == 1:  # an app that names its record differently
+        return next(iter(records.values()))
+    if not records:
+        return None
+    raise InputError(f"reply has {len(records)} {kind}s and none named {key!r}")
+
+
+def arrays_from_record(record: ArrayRecord, keys: Sequence[str]) -> tuple[NDArray, ...]:
+    """Return the arrays of ``record`` in the order of ``keys``; raise InputError if they differ."""
+    if list(record.keys()) != list(keys):
+        raise InputError(
+            f"array names differ from the global model's ({len(record)} arrays, "
+            f"expected {len(keys)}; first names {list(record.keys())[:3]})"
+        )
+    try:
+        return tuple(record[k].numpy() for k in keys)
+    except Exception as exc:  # noqa: BLE001  (undecodable bytes from a client)
+        raise InputError(f"arrays cannot be decoded: {type(exc).__name__}: {exc}") from None
+
+
+def _check_message(msg: Message) -> None:
+    if msg.has_error():
+        raise InputError(f"client error (code {msg.error.code}): {msg.error.reason}")
+    if not msg.has_content():
+        raise InputError("reply has no content")
+
+
+def parse_train_reply(msg: Message, keys: Sequence[str]) -> TrainReply:
+    """Parse a reply to a train message into a :class:`TrainReply`.
+
+    Parameters
+    ----------
+    msg : Message
+        The reply.
+    keys : Sequence[str]
+        Array names of the global model, in order.
+
+    Raises
+    ------
+    InputError
+        Error reply, missing content, missing or negative ``num-examples``, malformed
+        protocol metrics, a finished update without arrays or with other array names.
+    """
+    _check_message(msg)
+    content = msg.content
+    metrics = _only_record(dict(content.metric_records), wire.METRICS, "MetricRecord")
+    if metrics is None:
+        raise InputError(f"reply has no MetricRecord (needs {wire.NUM_EXAMPLES!r})")
+    num_examples = _number(metrics, wire.NUM_EXAMPLES, integer=True, required=True)
+    if num_examples < 0:
+        raise InputError(f"{wire.NUM_EXAMPLES} must be >= 0, got {num_examples}")
+    done_flag = _number(metrics, wire.DONE, integer=True)
+    drop_in = done_flag is None and wire.JOB_ID not in metrics
+    done = True if done_flag is None else bool(done_flag)
+    if done_flag is not None and done_flag not in (0, 1):
+        raise InputError(f"{wire.DONE} must be 0 or 1, got {done_flag}")
+    arrays: tuple[NDArray, ...] | None = None
+    if done:
+        record = _only_record(dict(content.array_records), wire.ARRAYS, "ArrayRecord")
+        if record is None:
+            raise InputError("finished update carries no arrays")
+        arrays = arrays_from_record(record, keys)
+        if num_examples == 0:
+            raise InputError(f"finished update with {wire.NUM_EXAMPLES} = 0")
+    job_id = _number(metrics, wire.JOB_ID, integer=True)
+    base_version = _number(metrics, wire.BASE_VERSION, integer=True)
+    if base_version is not None and base_version < 0:
+        raise InputError(f"{wire.BASE_VERSION} must be >= 0, got {base_version}")
+    if not done and (job_id is None or base_version is None):
+        raise InputError(f"progress report without {wire.JOB_ID} or {wire.BASE_VERSION}")
+    virtual_seconds = _number(metrics, wire.VIRTUAL_SECONDS, integer=False)
+    if virtual_seconds is not None and virtual_seconds < 0:
+        raise InputError(f"{wire.VIRTUAL_SECONDS} must be >= 0, got {virtual_seconds}")
+    abandoned = _number(metrics, wire.ABANDONED, integer=True)
+    return TrainReply(
+        node_id=int(msg.metadata.src_node_id),
+        reply_to=msg.metadata.reply_to_message_id,
+        done=done,
+        arrays=arrays,
+        num_examples=num_examples,
+        job_id=job_id,
+        base_version=base_version,
+        samples_processed=_number(metrics, wire.SAMPLES_PROCESSED, integer=True),
+        train_seconds=_number(metrics, wire.TRAIN_SECONDS, integer=False),
+        virtual_seconds=virtual_seconds,
+        abandoned=bool(abandoned),
+        abandoned_jobs=_number(metrics, wire.ABANDONED_JOBS, integer=True),
+        train_loss=_number(metrics, wire.TRAIN_LOSS, integer=False),
+        drop_in=drop_in,
+    )
+
+
+def parse_profile_reply(msg: Message) -> ProfileRecord:
+    """Parse a reply to the profile query; raise InputError naming the bad field."""
+    _check_message(msg)
+    records = dict(msg.content.config_records)
+    if wire.PROFILE not in records:
+        raise InputError(f"profile reply has no ConfigRecord {wire.PROFILE!r}")
+    profile: ConfigRecord = records[wire.PROFILE]
+    evaluations: list[float] = []
+    for key in (wire.EVAL_CPU, wire.EVAL_GPU, wire.EVAL_MEMORY, wire.EVAL_DISK):
+        value = profile.get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise InputError(f"profile {key!r} must be a number >= 0, got {value!r}")
+        if not math.isfinite(float(value)) or value < 0:
+            raise InputError(f"profile {key!r} must be finite and >= 0, got {value!r}")
+        evaluations.append(float(value))
+    samples = profile.get(wire.LOCAL_SAMPLES, 0)
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 0:
+        raise InputError(f"profile {wire.LOCAL_SAMPLES!r} must be an integer >= 0, got {samples!r}")
+    report = profile.get(wire.PROFILE_REPORT)
+    if report is not None:
+        from flower_edge.profiling.report import ProfileReport
+
+        if not isinstance(report, str):
+            raise InputError(f"profile {wire.PROFILE_REPORT!r} must be a JSON string")
+        try:
+            data = json.loads(report)
+        except ValueError as exc:
+            raise InputError(f"profile {wire.PROFILE_REPORT!r} is not JSON: {exc}") from None
+        ProfileReport.from_dict(data)
+    cpu, gpu, memory, disk = evaluations
+    return ProfileRecord(int(msg.metadata.src_node_id), (cpu, gpu, memory, disk), int(samples))
+
+
+@dataclass(frozen=True)
+class AggregationRecord:
+    """One aggregation, as the history of a run keeps it.
+
+    Attributes
+    ----------
+    round : int
+        Aggregation number (1-based) = the new global version.
+    time : float
+        Clock time of the aggregation (virtual seconds under a virtual clock).
+    participants, job_ids, base_versions : tuple[int, ...]
+        Per aggregated update, in aggregation order (a node may appear twice).
+    staleness : tuple[int, ...]
+        Versions between each update's base and the version it was aggregated into, minus 1.
+    delays : tuple[float, ...]
+        ``dt_i``: receive time minus send time of the global the update started from.
+    weights : tuple[float, ...]
+        Normalised aggregation weights (sum to 1).
+    raw_weights : tuple[float, ...]
+        The weights as the strategy computed them (edge: ``c_i * g(dt_i)``; FedBuff:
+        ``1 / sqrt(1 + staleness)``; FedAsync: the mixing weight ``alpha_t``).
+    late : tuple[bool, ...]
+        Whether each update missed its soft deadline.
+    contributions, values : tuple[float, ...]
+        Leave-one-out contributions and values per update (equal values when not valued).
+    metrics : dict[str, float]
+        The ``evaluate_fn`` metrics of the new global (empty without one).
+    """
+
+    round: int
+    time: float
+    participants: tuple[int, ...]
+    job_ids: tuple[int, ...]
+    base_versions: tuple[int, ...]
+    staleness: tuple[int, ...]
+    delays: tuple[float, ...]
+    weights: tuple[float, ...]
+    raw_weights: tuple[float, ...]
+    late: tuple[bool, ...]
+    contributions: tuple[float, ...]
+    values: tuple[float, ...]
+    metrics: dict[str, float]
+
+    def to_json(self) -> dict[str, Any]:
+        """Return a JSON-ready dict."""
+        return {
+            "round": self.round,
+            "time": self.time,
+            "participants": list(self.participants),
+            "job_ids": list(self.job_ids),
+            "base_versions": list(self.base_versions),
+            "staleness": list(self.staleness),
+            "delays": list(self.delays),
+            "weights": list(self.weights),
+            "raw_weights": list(self.raw_weights),
+            "late": list(self.late),
+            "contributions": list(self.contributions),
+            "values": list(self.values),
+            "metrics": dict(self.metrics),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> AggregationRecord:
+        """Rebuild a record from :meth:`to_json`'s output."""
+        return cls(
+            round=int(data["round"]),
+            time=float(data["time"]),
+            participants=tuple(int(x) for x in data["participants"]),
+            job_ids=tuple(int(x) for x in data["job_ids"]),
+            base_versions=tuple(int(x) for x in data["base_versions"]),
+            staleness=tuple(int(x) for x in data["staleness"]),
+            delays=tuple(float(x) for x in data["delays"]),
+            weights=tuple(float(x) for x in data["weights"]),
+            raw_weights=tuple(float(x) for x in data["raw_weights"]),
+            late=tuple(bool(x) for x in data["late"]),
+            contributions=tuple(float(x) for x in data["contributions"]),
+            values=tuple(float(x) for x in data["values"]),
+            metrics={str(k): float(v) for k, v in data["metrics"].items()},
+        )
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    """One event of a node's timeline (for timelines and wasted-work accounting).
+
+    Attributes
+    ----------
+    time : float
+        Clock time (virtual seconds under a virtual clock).
+    node_id : int
+        The node.
+    job_id : int
+        The job (-1 when none).
+    kind : EventKind
+        ``sent`` (train message), ``progress`` (slice report), ``abandoned`` (the slice
+        restarted from a newer global), ``finished`` (update accepted into the buffer),
+        ``late`` (soft deadline missed), ``rejected`` (reply refused; ``detail`` says why),
+        ``forgotten`` (no reply within the real-time timeout), ``refused`` (the grid
+        refused the message).
+    version : int
+        Global version the event refers to (the base version for replies).
+    samples : int
+        Samples processed as reported (0 when unknown).
+    detail : str
+        Free text (rejection reason).
+    """
+
+    time: float
+    node_id: int
+    job_id: int
+    kind: EventKind
+    version: int
+    samples: int = 0
+    detail: str = ""
