@@ -36,7 +36,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from logging import WARNING, getLogger
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import numpy as np
 from numpy.typing import NDArray
@@ -176,7 +176,7 @@ def _largest_remainder(
 
 def initial_shares(
     total: int,
-    ratios: Sequence[float],
+    ratios: Sequence[float] | NDArray[np.floating[Any]],
     capacities: Sequence[int | None] | None = None,
 ) -> tuple[int, ...]:
     """Split ``total`` samples by match ratio (seed formula 7), within capacities.
@@ -185,8 +185,9 @@ def initial_shares(
     ----------
     total : int
         ``F``, the samples to split; ``>= 0``.
-    ratios : sequence of float
-        Match ratio ``m_d`` of each node; finite and ``>= 0``.
+    ratios : sequence of float or numpy.ndarray
+        Match ratio ``m_d`` of each node (e.g. from :func:`flower_edge.radar.match_ratios`);
+        finite and ``>= 0``.
     capacities : sequence of int or None, optional
         Most samples each node can take (e.g. its local data size); ``None`` for no limit.
         A node at its limit is filled and the rest is split among the others by ratio.

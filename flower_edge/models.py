@@ -3,13 +3,18 @@
 Every factory takes keyword arguments only and returns a fresh ``torch.nn.Module`` whose
 parameters are initialised from torch's global RNG (seed it for reproducible weights).
 
-=============  ===========================================  ============================
-name           what                                         input
-=============  ===========================================  ============================
-``mlp``        2 hidden layers, ReLU                        ``(N, in_features)``
-``cnn``        2 conv + BatchNorm + max-pool, then linear   ``(N, C, H, W)``
-``cnn1d``      1-D conv net for MNIST-1D                    ``(N, in_features)``
-=============  ===========================================  ============================
+===============  =========================================  ==============================
+name             what                                       input
+===============  =========================================  ==============================
+``mlp``          2 hidden layers, ReLU                      ``(N, in_features)``
+``cnn``          2 conv + BatchNorm + max-pool, then linear ``(N, C, H, W)``
+``cnn1d``        1-D conv net for MNIST-1D                  ``(N, in_features)``
+``transformer``  one pre-norm transformer block (multi-head ``(N, seq_len)``, or any
+                 self-attention + MLP) over the features as ``(N, ...)`` with ``seq_len``
+                 a sequence of scalars, mean-pooled         elements per sample
+``resnet18``     ResNet-18 (BasicBlock x [2, 2, 2, 2],      ``(N, C, H, W)``
+                 11.2M parameters at width 64), plain torch
+===============  =========================================  ==============================
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from torch import nn
 
 from flower_edge.errors import InputError
 
-__all__ = ["MODELS", "CNN", "CNN1D", "MLP", "build_model"]
+__all__ = ["MODELS", "CNN", "CNN1D", "MLP", "ResNet18", "TransformerClassifier", "build_model"]
 
 
 class MLP(nn.Module):
@@ -134,8 +139,152 @@ class CNN1D(nn.Module):
         return out
 
 
-#: name -> factory; other modules may register more (e.g. ``transformer``, ``resnet18``)
-MODELS: dict[str, Callable[..., nn.Module]] = {"mlp": MLP, "cnn": CNN, "cnn1d": CNN1D}
+class TransformerClassifier(nn.Module):
+    """A small transformer classifier: one pre-norm encoder block with self-attention.
+
+    The input's features are read as a sequence of ``seq_len`` scalars, each embedded by a
+    linear map plus a learned position embedding, passed through one block (multi-head
+    self-attention and a ReLU MLP, each with a residual and a LayerNorm), mean-pooled and
+    classified.
+
+    Parameters
+    ----------
+    seq_len : int (default: 64)
+        Elements per sample (64 for scikit-learn's digits, 40 for MNIST-1D).
+    d_model : int (default: 32)
+        Embedding width; a multiple of ``heads``.
+    heads : int (default: 4)
+        Attention heads.
+    ffn : int (default: 64)
+        Hidden width of the MLP.
+    num_classes : int (default: 10)
+        Output classes.
+    """
+
+    def __init__(
+        self,
+        seq_len: int = 64,
+        d_model: int = 32,
+        heads: int = 4,
+        ffn: int = 64,
+        num_classes: int = 10,
+    ) -> None:
+        super().__init__()
+        if d_model % heads:
+            raise InputError(f"d_model ({d_model}) must be a multiple of heads ({heads})")
+        self.seq_len = seq_len
+        self.embed = nn.Linear(1, d_model)
+        self.position = nn.Parameter(torch.zeros(1, seq_len, d_model))
+        nn.init.normal_(self.position, std=0.02)
+        self.block = nn.TransformerEncoderLayer(
+            d_model, heads, ffn, dropout=0.0, batch_first=True, norm_first=True
+        )
+        self.norm = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Return class logits; any ``(N, ...)`` input with ``seq_len`` elements per sample."""
+        x = x.reshape(x.shape[0], -1)
+        if x.shape[1] != self.seq_len:
+            raise InputError(
+                f"input has {x.shape[1]} elements per sample, the model expects "
+                f"seq_len={self.seq_len}"
+            )
+        h = self.embed(x.unsqueeze(-1)) + self.position
+        h = self.norm(self.block(h))
+        out: torch.Tensor = self.head(h.mean(dim=1))
+        return out
+
+
+class _BasicBlock(nn.Module):
+    """ResNet basic block: two 3x3 convolutions with BatchNorm and a residual."""
+
+    def __init__(self, c_in: int, c_out: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(c_out)
+        self.conv2 = nn.Conv2d(c_out, c_out, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(c_out)
+        self.relu = nn.ReLU(inplace=True)
+        self.shortcut: nn.Module = nn.Identity()
+        if stride != 1 or c_in != c_out:
+            self.shortcut = nn.Sequential(
+                nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False), nn.BatchNorm2d(c_out)
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Return ``relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x))``."""
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        result: torch.Tensor = self.relu(out + self.shortcut(x))
+        return result
+
+
+class ResNet18(nn.Module):
+    """ResNet-18 (He et al., 2016) in plain torch: BasicBlocks ``[2, 2, 2, 2]``.
+
+    Parameters
+    ----------
+    in_channels : int (default: 3)
+        Input channels.
+    num_classes : int (default: 10)
+        Output classes.
+    width : int (default: 64)
+        Channels of the first stage (doubled at each of the next three).
+    small_input : bool (default: True)
+        3x3 stride-1 stem without max-pooling (CIFAR-sized inputs); ``False``: the ImageNet
+        stem, a 7x7 stride-2 convolution and a 3x3 stride-2 max-pool.
+    """
+
+    def __init__(
+        self,
+        in_channels: int = 3,
+        num_classes: int = 10,
+        width: int = 64,
+        small_input: bool = True,
+    ) -> None:
+        super().__init__()
+        if small_input:
+            self.stem = nn.Sequential(
+                nn.Conv2d(in_channels, width, 3, padding=1, bias=False),
+                nn.BatchNorm2d(width),
+                nn.ReLU(inplace=True),
+            )
+        else:
+            self.stem = nn.Sequential(
+                nn.Conv2d(in_channels, width, 7, stride=2, padding=3, bias=False),
+                nn.BatchNorm2d(width),
+                nn.ReLU(inplace=True),
+                nn.MaxPool2d(3, stride=2, padding=1),
+            )
+        stages: list[nn.Module] = []
+        c_in = width
+        for i in range(4):
+            c_out = width * 2**i
+            stride = 1 if i == 0 else 2
+            stages.append(
+                nn.Sequential(_BasicBlock(c_in, c_out, stride), _BasicBlock(c_out, c_out, 1))
+            )
+            c_in = c_out
+        self.stages = nn.Sequential(*stages)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.head = nn.Linear(c_in, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Return class logits for ``(N, C, H, W)`` images."""
+        h = self.pool(self.stages(self.stem(x)))
+        out: torch.Tensor = self.head(torch.flatten(h, 1))
+        return out
+
+
+#: name -> factory
+MODELS: dict[str, Callable[..., nn.Module]] = {
+    "mlp": MLP,
+    "cnn": CNN,
+    "cnn1d": CNN1D,
+    "transformer": TransformerClassifier,
+    "resnet18": ResNet18,
+}
 
 
 def build_model(name: str, **kwargs: Any) -> nn.Module:
