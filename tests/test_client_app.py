@@ -1,0 +1,343 @@
+"""The ClientApp's message handling: profile, decision at preemption points, errors, state."""
+
+import json
+import logging
+import re
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from torch.utils.data import TensorDataset
+
+from clients.app import ERROR_CODE, build_client_app
+from clients.state import GLOBAL_KEY, JOB_KEY, NODE_KEY, PROFILE_KEY_PREFIX
+from clients.task import Task
+from clients.testing import instruction, node_context
+from flower_edge import wire
+from flower_edge.models import MLP
+
+NODE = 2**63 + 5  # Flower node ids are uint64; nothing may assume small ids
+
+
+def _data() -> tuple[TensorDataset, TensorDataset]:
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(60, 8, generator=g)
+    y = (x[:, 0] > 0).long() + 2 * (x[:, 1] > 0).long()
+    return TensorDataset(x[:48], y[:48]), TensorDataset(x[48:], y[48:])
+
+
+TRAIN, TEST = _data()
+
+
+def _model() -> MLP:
+    return MLP(in_features=8, hidden=16, num_classes=4)
+
+
+TASK = Task(model_fn=_model, load_data=lambda ctx: (TRAIN, TEST), batch_size=16)
+
+
+def _global(seed: int = 0) -> ArrayRecord:
+    torch.manual_seed(seed)
+    return ArrayRecord(_model().state_dict())
+
+
+def _msg(cfg: dict[str, Any] | None, arrays: ArrayRecord | None, kind: str = "train") -> Message:
+    content = RecordDict()
+    if cfg is not None:
+        content[wire.CONFIG] = ConfigRecord(cfg)
+    if arrays is not None:
+        content[wire.ARRAYS] = arrays
+    return instruction(content, kind, NODE)
+
+
+def _ok(reply: Message) -> dict:
+    assert not reply.has_error(), reply.error
+    return dict(reply.content[wire.METRICS])
+
+
+def _job(job: int, version: int, **extra: Any) -> dict[str, Any]:
+    return {wire.JOB_ID: job, wire.GLOBAL_VERSION: version, **extra}
+
+
+# ---------------------------------------------------------------- profile query
+
+
+class FakeReport:
+    def __init__(self, evaluations: dict[str, float]) -> None:
+        self.evaluations = evaluations
+
+    def to_json(self) -> str:
+        return json.dumps({"evaluations": self.evaluations})
+
+
+class FakeProbe:
+    def __init__(self, evaluations: dict[str, float]) -> None:
+        self.evaluations = evaluations
+        self.modes: list[str] = []
+
+    def profile(self, mode: str) -> FakeReport:
+        self.modes.append(mode)
+        return FakeReport(self.evaluations)
+
+
+def _profile_msg(mode: str | None = None) -> Message:
+    cfg = {} if mode is None else {wire.PROFILE_MODE: mode}
+    return instruction(
+        RecordDict({wire.CONFIG: ConfigRecord(cfg)}), wire.PROFILE_MESSAGE_TYPE, NODE
+    )
+
+
+def test_profile_query_replies_with_the_report_and_caches_it() -> None:
+    probe = FakeProbe({"cpu": 3.5, "gpu": 0.0, "memory": 12.0, "disk": 0.25})
+    app = build_client_app(TASK, probe_fn=lambda ctx: probe)
+    ctx = node_context(NODE)
+    first = app(_profile_msg(), ctx)
+    rec = first.content[wire.PROFILE]
+    assert (rec[wire.EVAL_CPU], rec[wire.EVAL_GPU], rec[wire.EVAL_MEMORY], rec[wire.EVAL_DISK]) == (
+        3.5,
+        0.0,
+        12.0,
+        0.25,
+    )
+    assert rec[wire.LOCAL_SAMPLES] == 48
+    assert json.loads(rec[wire.PROFILE_REPORT])["evaluations"]["memory"] == 12.0
+    second = app(_profile_msg("quick"), ctx)
+    assert dict(second.content[wire.PROFILE]) == dict(rec)
+    assert probe.modes == ["quick"]  # ran once per node
+    app(_profile_msg("full"), ctx)
+    assert probe.modes == ["quick", "full"]
+    assert PROFILE_KEY_PREFIX + "full" in ctx.state
+
+
+def test_profile_query_errors() -> None:
+    app = build_client_app(TASK, probe_fn=lambda ctx: FakeProbe({"cpu": -1.0}))
+    reply = app(_profile_msg("slow"), node_context(NODE))
+    assert reply.error.code == ERROR_CODE
+    assert "'profile-mode' must be one of quick, full, got 'slow'" in str(reply.error.reason)
+    reply = app(_profile_msg(), node_context(NODE))
+    assert "ProfilingError: evaluation of cpu must be finite and >= 0" in str(reply.error.reason)
+
+
+# ---------------------------------------------------------------- evaluate
+
+
+def test_evaluate_reports_loss_and_accuracy_on_local_test_data() -> None:
+    g = _global()
+    reply = build_client_app(TASK)(_msg({}, g, "evaluate"), node_context(NODE))
+    m = _ok(reply)
+    model = _model()
+    model.load_state_dict(g.to_torch_state_dict())
+    with torch.no_grad():
+        logits = model(TEST.tensors[0])
+    expected_acc = float((logits.argmax(1) == TEST.tensors[1]).float().mean())
+    expected_loss = float(torch.nn.functional.cross_entropy(logits, TEST.tensors[1]))
+    assert m[wire.NUM_EXAMPLES] == 12
+    assert m[wire.EVAL_ACCURACY] == pytest.approx(expected_acc)
+    assert m[wire.EVAL_LOSS] == pytest.approx(expected_loss, rel=1e-6)
+
+
+def test_evaluate_without_arrays_uses_the_held_global_or_refuses() -> None:
+    app = build_client_app(TASK)
+    ctx = node_context(NODE)
+    reply = app(_msg({}, None, "evaluate"), ctx)
+    assert "carries no 'arrays' and the node holds no global model" in str(reply.error.reason)
+    _ok(app(_msg(_job(1, 0, **{wire.SAMPLE_SHARE: 0}), _global()), ctx))
+    assert _ok(app(_msg({}, None, "evaluate"), ctx))[wire.NUM_EXAMPLES] == 12
+
+
+# ---------------------------------------------------------------- the abandon decision
+
+
+def _preempt(
+    alpha: float,
+    theta: float,
+    match_ratio: float,
+    values: tuple[list[int], list[float]] | None,
+    availability: float = 1.0,
+) -> tuple[dict, Message]:
+    """Start a 96-sample job (one batch per slice), then announce global v1 mid-job."""
+    app = build_client_app(TASK, availability_fn=lambda: availability)
+    ctx = node_context(NODE, run_config={"alpha": alpha, "theta": theta})
+    start = _job(3, 0, **{wire.SAMPLE_SHARE: 96, wire.SLICE_BUDGET: 1e-9})
+    assert _ok(app(_msg(start, _global(0)), ctx))[wire.SAMPLES_PROCESSED] == 16
+    cfg = _job(3, 1, **{wire.SLICE_BUDGET: 1e-9, wire.MATCH_RATIO: match_ratio})
+    if values is not None:
+        cfg |= {wire.VALUE_NODE_IDS: values[0], wire.VALUES: values[1], wire.VALUES_ROUND: 1}
+    reply = app(_msg(cfg, _global(1)), ctx)
+    return _ok(reply), reply
+
+
+def test_high_score_abandons_and_restarts_from_the_new_global() -> None:
+    # R = 0.9 * 1.0, V = 0.5 (took part): score = 0.5*0.9 + 0.5*0.5 = 0.7 >= 0.6
+    m, _ = _preempt(0.5, 0.6, 0.9, ([NODE, 11], [0.5, 0.5]))
+    assert (m[wire.ABANDONED], m[wire.ABANDONED_JOBS]) == (1, 1)
+    assert m[wire.BASE_VERSION] == 1
+    assert m[wire.SAMPLES_PROCESSED] == 16  # restarted: one batch of the new job
+
+
+def test_low_score_continues_the_stale_job() -> None:
+    # R = 0.9 * 0.5 = 0.45, V = 0.1: score = 0.5*0.45 + 0.5*0.1 = 0.275 < 0.6
+    m, _ = _preempt(0.5, 0.6, 0.9, ([NODE], [0.1]), availability=0.5)
+    assert (m[wire.ABANDONED], m[wire.ABANDONED_JOBS]) == (0, 0)
+    assert m[wire.BASE_VERSION] == 0
+    assert m[wire.SAMPLES_PROCESSED] == 32
+
+
+def test_first_round_decision_uses_the_default_value() -> None:
+    # no results yet: V = 0; alpha = 0.5, R = 1: score 0.5 -> continue at theta 0.6 ...
+    m, _ = _preempt(0.5, 0.6, 1.0, None)
+    assert m[wire.ABANDONED] == 0
+    # ... abandon at theta 0.5 (tie)
+    m, _ = _preempt(0.5, 0.5, 1.0, None)
+    assert m[wire.ABANDONED] == 1
+
+
+def test_node_that_missed_the_aggregation_uses_its_last_known_value() -> None:
+    app = build_client_app(TASK, availability_fn=lambda: 1.0)
+    ctx = node_context(NODE, run_config={"alpha": 0.0, "theta": 0.5})
+    # job 1 finishes while the node is valued 0.8 in round 1
+    first = _job(1, 0, **{wire.SAMPLE_SHARE: 16, wire.VALUE_NODE_IDS: [NODE], wire.VALUES: [0.8]})
+    _ok(app(_msg(first, _global(0)), ctx))
+    # job 2 starts; v2 arrives with results of round 2 that do not include this node
+    _ok(app(_msg(_job(2, 1, **{wire.SAMPLE_SHARE: 64, wire.SLICE_BUDGET: 1e-9}), _global(1)), ctx))
+    cfg = _job(2, 2, **{wire.SLICE_BUDGET: 1e-9, wire.VALUE_NODE_IDS: [9], wire.VALUES: [1.0]})
+    m = _ok(app(_msg(cfg, _global(2)), ctx))
+    assert m[wire.ABANDONED] == 1  # alpha = 0: score = V = 0.8 (last known) >= 0.5
+
+
+def test_no_decision_without_a_newer_global() -> None:
+    app = build_client_app(TASK, availability_fn=lambda: 1.0)
+    ctx = node_context(NODE, run_config={"alpha": 1.0, "theta": 0.0})  # would always abandon
+    cfg = _job(5, 4, **{wire.SAMPLE_SHARE: 48, wire.SLICE_BUDGET: 1e-9})
+    _ok(app(_msg(cfg, _global()), ctx))
+    m = _ok(app(_msg(cfg, None), ctx))
+    assert (m[wire.ABANDONED], m[wire.SAMPLES_PROCESSED]) == (0, 32)
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def _wrong_shape() -> ArrayRecord:
+    g = _global()
+    bad = ArrayRecord({k: v for k, v in g.items()})
+    first = next(iter(bad))
+    bad[first] = Array(np.zeros((3, 3), dtype=np.float32))
+    return bad
+
+
+BAD_TRAIN = [
+    (_job(1, 5), "no-arrays", "no global model of version 5 \\(it holds 0\\)"),
+    ({}, "no-arrays", r"train message carries no 'arrays'"),
+    (_job(1, 0), "wrong-shape", r"global arrays do not fit the local model: 'net.1.weight' has"),
+    (_job(1, 0), "wrong-keys", r"do not fit the local model: missing \['net.1.bias'"),
+    (_job(1, 0, **{wire.SAMPLE_SHARE: -1}), "ok", "'sample-share' must be >= 0, got -1"),
+    (_job(1, 0, **{wire.SAMPLE_SHARE: "ten"}), "ok", "'sample-share' must be an int"),
+    (_job(1, 0, **{wire.SLICE_BUDGET: -2.0}), "ok", "'slice-budget' must be >= 0"),
+    ({wire.JOB_ID: 1}, "ok", "'global-version' is required with 'job-id'"),
+    (
+        _job(1, 0, **{wire.VALUE_NODE_IDS: [1, 2], wire.VALUES: [0.5]}),
+        "ok",
+        "'value-node-ids' and 'values' must have the same length, got 2 and 1",
+    ),
+    (_job(1, 0, **{wire.VALUES: [1.5], wire.VALUE_NODE_IDS: [1]}), "ok", r"in \[0, 1\], got 1.5"),
+]
+
+
+@pytest.mark.parametrize(("cfg", "arrays", "match"), BAD_TRAIN)
+def test_bad_train_message_gets_an_error_reply_and_the_node_stays_usable(
+    cfg: dict, arrays: str, match: str
+) -> None:
+    app = build_client_app(TASK)
+    ctx = node_context(NODE)
+    # a job in progress that the bad message must not disturb
+    _ok(app(_msg(_job(7, 0, **{wire.SAMPLE_SHARE: 48, wire.SLICE_BUDGET: 1e-9}), _global()), ctx))
+    before = {k: v.object_id for k, v in ctx.state.items()}
+    record = {
+        "ok": _global(),
+        "no-arrays": None,
+        "wrong-shape": _wrong_shape(),
+        "wrong-keys": ArrayRecord({"net.1.weight": Array(np.zeros((16, 8), np.float32))}),
+    }[arrays]
+    reply = app(_msg(cfg, record), ctx)
+    assert reply.has_error()
+    assert reply.error.code == ERROR_CODE
+    assert re.search(match, str(reply.error.reason)), reply.error.reason
+    assert {k: v.object_id for k, v in ctx.state.items()} == before
+    m = _ok(app(_msg(_job(7, 0, **{wire.SLICE_BUDGET: 1e-9}), None), ctx))
+    assert m[wire.SAMPLES_PROCESSED] == 32
+
+
+@pytest.mark.parametrize(
+    ("run_config", "match"),
+    [
+        ({"alpha": 1.5}, r"run config 'alpha' must be in \[0, 1\], got 1.5"),
+        ({"theta": -0.1}, r"run config 'theta' must be >= 0"),
+        ({"learning-rate": 0}, r"run config 'learning-rate' must be > 0"),
+        ({"batch-size": 0}, r"run config 'batch-size' must be an int >= 1, got 0"),
+        ({"local-epochs": "two"}, r"run config 'local-epochs' must be an int >= 1"),
+        ({"seed": -3}, r"run config 'seed' must be an int >= 0"),
+        ({"alpha": "high"}, r"run config 'alpha' must be a number"),
+    ],
+)
+def test_bad_run_config_gets_an_error_reply(run_config: dict, match: str) -> None:
+    app = build_client_app(TASK)
+    for kind in ("train", "evaluate"):
+        reply = app(_msg(_job(1, 0), _global(), kind), node_context(NODE, run_config=run_config))
+        assert reply.error.code == ERROR_CODE
+        assert re.search(match, str(reply.error.reason)), reply.error.reason
+
+
+def test_virtual_clock_requires_send_time() -> None:
+    class Timer:
+        def samples_within(self, start: float, budget: float) -> int:
+            return 10
+
+        def slice_seconds(self, start: float, samples: int, down: int, up: int) -> float:
+            return 1.0
+
+    app = build_client_app(TASK, timer_fn=lambda ctx: Timer())
+    reply = app(_msg(_job(1, 0), _global()), node_context(NODE))
+    assert "'send-time' is required under a virtual clock" in str(reply.error.reason)
+
+
+def test_bad_availability_fn_is_reported() -> None:
+    app = build_client_app(TASK, availability_fn=lambda: 1.7)
+    ctx = node_context(NODE)
+    _ok(app(_msg(_job(1, 0, **{wire.SAMPLE_SHARE: 48, wire.SLICE_BUDGET: 1e-9}), _global()), ctx))
+    reply = app(_msg(_job(1, 1, **{wire.SLICE_BUDGET: 1e-9}), _global(1)), ctx)
+    assert r"availability_fn must return a number in [0, 1], got 1.7" in str(reply.error.reason)
+
+
+# ---------------------------------------------------------------- corrupted state
+
+
+@pytest.mark.parametrize(
+    "corrupt",
+    [
+        lambda s: s.__setitem__(NODE_KEY, ConfigRecord({"global-version": "x"})),
+        lambda s: s.__setitem__(NODE_KEY, MetricRecord({"a": 1})),
+        lambda s: s[NODE_KEY].__setitem__("position", 10**6),
+        lambda s: s.__setitem__(JOB_KEY, ArrayRecord({"junk": Array(np.zeros(2))})),
+        lambda s: s.__delitem__(GLOBAL_KEY),
+    ],
+)
+def test_corrupted_state_starts_fresh_with_a_warning(
+    corrupt: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = build_client_app(TASK)
+    ctx = node_context(NODE)
+    ctx.state["user-record"] = ConfigRecord({"keep": 1})
+    _ok(app(_msg(_job(1, 0, **{wire.SAMPLE_SHARE: 48, wire.SLICE_BUDGET: 1e-9}), _global()), ctx))
+    corrupt(ctx.state)
+    flwr_logger = logging.getLogger("flwr")
+    flwr_logger.addHandler(caplog.handler)
+    try:
+        reply = app(_msg(_job(1, 0, **{wire.SLICE_BUDGET: 1e-9}), _global()), ctx)
+    finally:
+        flwr_logger.removeHandler(caplog.handler)
+    m = _ok(reply)
+    assert m[wire.SAMPLES_PROCESSED] == 16  # the job restarted
+    assert "corrupted" in caplog.text
+    assert ctx.state["user-record"]["keep"] == 1

@@ -1,0 +1,246 @@
+"""Resumable sliced training on the assigned share, driven through the ClientApp."""
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
+from torch import nn
+from torch.utils.data import Dataset, TensorDataset
+
+from clients.app import build_client_app
+from clients.task import Task, stream_indices, stream_key
+from clients.testing import instruction, node_context
+from flower_edge import wire
+from flower_edge.models import MLP
+
+NODE = 7
+
+
+def _data(n_train: int = 50, n_test: int = 20, seed: int = 0) -> tuple[TensorDataset, ...]:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n_train + n_test, 8, generator=g)
+    y = (x[:, 0] > 0).long() + 2 * (x[:, 1] > 0).long()
+    return (TensorDataset(x[:n_train], y[:n_train]), TensorDataset(x[n_train:], y[n_train:]))
+
+
+class DropoutMLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class CountingData(Dataset):
+    """A generic map-style dataset (no tensor fast path) that counts the samples read."""
+
+    def __init__(self, base: TensorDataset) -> None:
+        self.tensors = base.tensors
+        self.reads = 0
+
+    def __len__(self) -> int:
+        return len(self.tensors[1])
+
+    def __getitem__(self, i: int) -> Any:
+        self.reads += 1
+        return tuple(t[i] for t in self.tensors)
+
+
+def _task(model_fn: Callable[[], nn.Module] | None = None, **kw: Any) -> Task:
+    train, test = _data()
+    return Task(
+        model_fn=model_fn or (lambda: MLP(in_features=8, hidden=16, num_classes=4)),
+        load_data=lambda ctx: (train, test),
+        batch_size=16,
+        **kw,
+    )
+
+
+def _global(model_fn: Callable[[], nn.Module] | None = None) -> ArrayRecord:
+    torch.manual_seed(123)
+    model = (model_fn or (lambda: MLP(in_features=8, hidden=16, num_classes=4)))()
+    return ArrayRecord(model.state_dict())
+
+
+def _train_msg(cfg: dict, arrays: ArrayRecord | None) -> Message:
+    content = RecordDict({wire.CONFIG: ConfigRecord(cfg)})
+    if arrays is not None:
+        content[wire.ARRAYS] = arrays
+    return instruction(content, "train", NODE)
+
+
+class FixedRateTimer:
+    """Virtual device: ``rate`` samples per virtual second, transfers at ``bw`` bytes/s."""
+
+    def __init__(self, rate: float = 10.0, bw: float = 1e6) -> None:
+        self.rate, self.bw = rate, bw
+        self.calls: list[tuple] = []
+
+    def samples_within(self, start: float, budget: float) -> int:
+        return int(budget * self.rate)
+
+    def slice_seconds(self, start: float, samples: int, down: int, up: int) -> float:
+        self.calls.append((start, samples, down, up))
+        return samples / self.rate + (down + up) / self.bw
+
+
+def _metrics(reply: Message) -> dict:
+    assert not reply.has_error(), reply.error
+    return dict(reply.content[wire.METRICS])
+
+
+def _weights(reply: Message) -> dict[str, torch.Tensor]:
+    return dict(reply.content[wire.ARRAYS].to_torch_state_dict())
+
+
+@pytest.mark.parametrize("kind", ["sgd-momentum", "adam", "dropout"])
+def test_three_slices_equal_one(kind: str) -> None:
+    torch.set_num_threads(1)
+    model_fn = DropoutMLP if kind == "dropout" else None
+    task = _task(model_fn, optimizer="adam" if kind == "adam" else "sgd")
+    g = _global(model_fn)
+    timer = FixedRateTimer(rate=10.0)
+    cfg = {wire.JOB_ID: 4, wire.GLOBAL_VERSION: 0, wire.SAMPLE_SHARE: 100, wire.SEND_TIME: 0.0}
+
+    one_app = build_client_app(task, timer_fn=lambda ctx: timer)
+    one = one_app(_train_msg(cfg, g), node_context(NODE))
+    m_one = _metrics(one)
+    assert m_one[wire.DONE] == 1
+
+    sliced_app = build_client_app(task, timer_fn=lambda ctx: timer)
+    ctx = node_context(NODE)
+    replies = []
+    # grants of 40 samples: 32 (+8 credit), 48 (credit 0), the last 20 (16 + partial 4)
+    first = {**cfg, wire.SLICE_BUDGET: 4.0}
+    replies.append(sliced_app(_train_msg(first, g), ctx))
+    later = {k: v for k, v in first.items() if k != wire.SAMPLE_SHARE}
+    replies.append(sliced_app(_train_msg(later, None), ctx))
+    replies.append(sliced_app(_train_msg(later, None), ctx))
+    progress = [_metrics(r) for r in replies]
+    assert [p[wire.SAMPLES_PROCESSED] for p in progress] == [32, 80, 100]
+    assert [p[wire.DONE] for p in progress] == [0, 0, 1]
+    assert not replies[0].content.array_records
+    assert not replies[1].content.array_records
+    a, b = _weights(one), _weights(replies[2])
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    assert progress[2][wire.TRAIN_LOSS] == pytest.approx(m_one[wire.TRAIN_LOSS], rel=1e-6)
+    # the job left no state behind once done
+    assert "flower-edge.job" not in ctx.state
+
+
+def test_share_is_honoured_and_counted() -> None:
+    train, test = _data(n_train=50)
+    counting = CountingData(train)
+    task = Task(
+        model_fn=lambda: MLP(in_features=8, hidden=16, num_classes=4),
+        load_data=lambda ctx: (counting, test),
+        batch_size=16,
+    )
+    app = build_client_app(task)
+    reply = app(
+        _train_msg({wire.JOB_ID: 1, wire.GLOBAL_VERSION: 0, wire.SAMPLE_SHARE: 37}, _global()),
+        node_context(NODE),
+    )
+    m = _metrics(reply)
+    assert m[wire.SAMPLES_PROCESSED] == 37
+    assert m[wire.NUM_EXAMPLES] == 37
+    assert counting.reads == 37
+
+
+def test_share_larger_than_local_data_runs_more_epochs() -> None:
+    n = 50
+    share = 2 * n + 10
+    # the stream: each epoch a permutation of all samples, concatenated
+    idx = stream_indices(stream_key(0, NODE, 1), 0, share, n)
+    for e in range(2):
+        assert sorted(idx[e * n : (e + 1) * n].tolist()) == list(range(n))
+    assert len(set(idx[2 * n :].tolist())) == 10
+    reply = build_client_app(_task())(
+        _train_msg({wire.JOB_ID: 1, wire.GLOBAL_VERSION: 0, wire.SAMPLE_SHARE: share}, _global()),
+        node_context(NODE),
+    )
+    assert _metrics(reply)[wire.SAMPLES_PROCESSED] == share
+
+
+def test_share_zero_trains_nothing_and_replies_the_global_model() -> None:
+    g = _global()
+    timer = FixedRateTimer()
+    reply = build_client_app(_task(), timer_fn=lambda ctx: timer)(
+        _train_msg(
+            {wire.JOB_ID: 9, wire.GLOBAL_VERSION: 2, wire.SAMPLE_SHARE: 0, wire.SEND_TIME: 5.0},
+            g,
+        ),
+        node_context(NODE),
+    )
+    m = _metrics(reply)
+    assert (m[wire.DONE], m[wire.SAMPLES_PROCESSED], m[wire.NUM_EXAMPLES]) == (1, 0, 0)
+    assert (m[wire.JOB_ID], m[wire.BASE_VERSION], m[wire.TRAIN_LOSS]) == (9, 2, 0.0)
+    for k, v in _weights(reply).items():
+        assert torch.equal(v, g.to_torch_state_dict()[k])
+    # charged 0 samples; download and upload of the model
+    assert timer.calls == [(5.0, 0, g.count_bytes(), reply.content[wire.ARRAYS].count_bytes())]
+
+
+def test_virtual_seconds_come_from_the_timer() -> None:
+    g = _global()
+    timer = FixedRateTimer(rate=10.0, bw=1000.0)
+    app = build_client_app(_task(), timer_fn=lambda ctx: timer)
+    ctx = node_context(NODE)
+    cfg = {
+        wire.JOB_ID: 1,
+        wire.GLOBAL_VERSION: 0,
+        wire.SAMPLE_SHARE: 40,
+        wire.SLICE_BUDGET: 3.0,
+        wire.SEND_TIME: 100.0,
+    }
+    m1 = _metrics(app(_train_msg(cfg, g), ctx))
+    # 30 granted: 16 processed, 14 carried; charged the whole grant; download only
+    assert m1[wire.SAMPLES_PROCESSED] == 16
+    assert m1[wire.VIRTUAL_SECONDS] == pytest.approx(3.0 + g.count_bytes() / 1000.0)
+    cfg[wire.SEND_TIME] = 104.0
+    reply = app(_train_msg(cfg, None), ctx)
+    m2 = _metrics(reply)
+    # 14 + 30 available, 24 needed; charged 24 - 14 = 10 samples; upload of the update
+    assert m2[wire.DONE] == 1
+    assert m2[wire.SAMPLES_PROCESSED] == 40
+    up = reply.content[wire.ARRAYS].count_bytes()
+    assert timer.calls[-1] == (104.0, 10, 0, up)
+    assert m2[wire.VIRTUAL_SECONDS] == pytest.approx(1.0 + up / 1000.0)
+
+
+def test_wall_clock_slices_train_at_least_one_batch_each() -> None:
+    app = build_client_app(_task())
+    ctx = node_context(NODE)
+    cfg = {wire.JOB_ID: 2, wire.GLOBAL_VERSION: 0, wire.SAMPLE_SHARE: 48, wire.SLICE_BUDGET: 1e-9}
+    seen = [_metrics(app(_train_msg(cfg, _global()), ctx))[wire.SAMPLES_PROCESSED]]
+    while seen[-1] < 48:
+        seen.append(_metrics(app(_train_msg(cfg, None), ctx))[wire.SAMPLES_PROCESSED])
+    assert seen == [16, 32, 48]
+
+
+def test_plain_flower_message_trains_local_epochs() -> None:
+    app = build_client_app(_task())
+    content = RecordDict({wire.ARRAYS: _global(), wire.CONFIG: ConfigRecord({"lr": 0.1})})
+    reply = app(
+        instruction(content, "train", NODE), node_context(NODE, run_config={"local-epochs": 3})
+    )
+    m = _metrics(reply)
+    assert m[wire.NUM_EXAMPLES] == 50  # Flower's convention: the local data size
+    assert m[wire.SAMPLES_PROCESSED] == 150
+    assert wire.JOB_ID not in m
+    assert reply.content[wire.ARRAYS].keys() == _global().keys()
+
+
+def test_positional_arrays_from_a_numpy_list_are_accepted() -> None:
+    g = _global()
+    positional = ArrayRecord([a.numpy() for a in g.values()])
+    reply = build_client_app(_task())(
+        _train_msg({wire.JOB_ID: 1, wire.GLOBAL_VERSION: 0, wire.SAMPLE_SHARE: 16}, positional),
+        node_context(NODE),
+    )
+    assert _metrics(reply)[wire.DONE] == 1
