@@ -246,3 +246,46 @@ def test_bad_reference_and_brute_force_inputs() -> None:
         weighted_average([[np.zeros(1)], [np.zeros(1)]], [1.0, -1.0])
     with pytest.raises(InputError, match=r"updates\[1\] rejected: array 0 has shape \(2,\)"):
         weighted_average([[np.zeros(1)], [np.zeros(2)]], [1.0, 1.0])
+
+
+def test_large_non_contiguous_and_mixed_float_updates_match_brute_force() -> None:
+    # Arrays longer than one block of the blocked accumulation (2**17 elements), a transposed
+    # (non-contiguous) view, float64 and float16 arrays.
+    rng = np.random.default_rng(11)
+    shapes = [(3, 100_003), (7, 5), (9,)]
+    dtypes = [np.float32, np.float64, np.float16]
+    updates: list[list[np.ndarray]] = []
+    for _ in range(3):
+        big = rng.normal(size=shapes[0]).astype(np.float32)
+        small = rng.normal(size=(5, 7)).T  # non-contiguous float64 view
+        half = rng.normal(size=9).astype(np.float16)
+        updates.append([big, small, half])
+    reference = [np.zeros(s, dtype=d) for s, d in zip(shapes, dtypes, strict=True)]
+    weights = [0.5, 2.0, 1e-3]
+    total = WeightedSum(reference)
+    for i, (u, w) in enumerate(zip(updates, weights, strict=True)):
+        total.add(i, u, w)
+    for got, want, dtype in zip(
+        total.mean(), weighted_average(updates, weights), dtypes, strict=True
+    ):
+        assert got.dtype == dtype
+        np.testing.assert_allclose(got, want, rtol=1e-3 if dtype == np.float16 else 1e-6)
+    for got, want in zip(
+        total.mean_without(1), weighted_average([updates[0], updates[2]], [0.5, 1e-3]), strict=True
+    ):
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-3, atol=1e-6)
+
+
+def test_increasing_weights_keep_the_sum_exact() -> None:
+    # Each new maximum may rescale S (by a power of two: exact); the mean must not drift.
+    ref = [np.zeros(4)]
+    total = WeightedSum(ref)
+    updates, weights = [], []
+    for i in range(40):
+        updates.append([np.full(4, float(i))])
+        weights.append(1.5**i)
+        total.add(i, updates[-1], weights[-1])
+    np.testing.assert_allclose(total.mean()[0], weighted_average(updates, weights)[0], rtol=1e-14)
+    np.testing.assert_allclose(
+        total.mean_without(39)[0], weighted_average(updates[:-1], weights[:-1])[0], rtol=1e-12
+    )
