@@ -74,6 +74,8 @@ TEMP_PREFIX: Final = "flower-edge-profile-"
 #: a progress callback: (what runs now, fraction of the profile done in [0, 1])
 ProgressFn = Callable[[str, float], None]
 _MAX_REPEATS: Final = 100
+#: a timed run stops after the batch in progress once it took this many run budgets
+_HARD_LIMIT: Final = 4.0
 
 
 @dataclass(frozen=True)
@@ -212,7 +214,9 @@ def measure_workload(
         the samples, both untimed.
     run_budget : float | None (default: None)
         Shrink ``samples`` so that a run takes about this many seconds, judged by the pilot;
-        stop repeating once the timed runs took ``2 * run_budget * repeats`` seconds.
+        cut a run short (after its batch in progress) past ``4 * run_budget`` seconds, and
+        stop repeating once the timed runs took ``2 * run_budget * repeats`` seconds. A cut
+        run counts the samples it did; the run of median intensity is then reported.
     min_samples : int (default: 1)
         Floor and step of the shrinking (a batch or a shard), so that batches keep their shape.
     interval : float (default: 0.02)
@@ -233,27 +237,39 @@ def measure_workload(
             workload.run(floor)  # lazy initialisation: allocator, kernels, file system
             pilot = max(floor, samples // 4)
             start = time.perf_counter()
-            workload.run(pilot)
-            projected = (time.perf_counter() - start) * samples / pilot
+            cutoff = None if run_budget is None else start + _HARD_LIMIT * run_budget
+            piloted = workload.run(pilot, cutoff)
+            projected = (time.perf_counter() - start) * samples / piloted
             if run_budget is not None and projected > run_budget:
                 shrunk = int(samples * run_budget / projected) // floor * floor
                 samples = max(floor, shrunk)
-        deadline = None if run_budget is None else 2.0 * run_budget * repeats
-        times: list[float] = []
+        total_limit = None if run_budget is None else 2.0 * run_budget * repeats
+        runs: list[tuple[int, float]] = []  # (samples processed, seconds)
         sampler.start()
         began = time.perf_counter()
         for _ in range(repeats):
             start = time.perf_counter()
-            workload.run(samples)
-            times.append(time.perf_counter() - start)
-            if deadline is not None and time.perf_counter() - began > deadline:
+            cutoff = None if run_budget is None else start + _HARD_LIMIT * run_budget
+            done = workload.run(samples, cutoff)
+            runs.append((done, time.perf_counter() - start))
+            if total_limit is not None and time.perf_counter() - began > total_limit:
                 break  # a loaded host: keep the profile's time bounded
         utilization = sampler.stop()
     finally:
         sampler.stop()
         workload.close()
-    seconds = max(statistics.median(times), 1e-9)
+    samples, seconds = _median_run(runs)
     return WorkloadResult.measured(workload.name, samples, seconds, utilization)
+
+
+def _median_run(runs: list[tuple[int, float]]) -> tuple[int, float]:
+    """Return (samples, seconds): the median time, or the run of median intensity if cut."""
+    counts = {done for done, _ in runs}
+    if len(counts) == 1:
+        return counts.pop(), max(statistics.median(t for _, t in runs), 1e-9)
+    ranked = sorted(runs, key=lambda r: r[0] / max(r[1], 1e-9))
+    done, seconds = ranked[(len(ranked) - 1) // 2]
+    return done, max(seconds, 1e-9)
 
 
 def remove_tree(path: str | Path) -> None:
@@ -488,7 +504,7 @@ class HostProbe:
                 run(dense, plan.gpu_samples[0], NvmlCounter(gpu.handle), dense.batch),
                 run(conv, plan.gpu_samples[1], NvmlCounter(gpu.handle), conv.batch),
             ]
-        except RuntimeError as exc:  # CUDA out of memory, launch failures
+        except Exception as exc:  # CUDA out of memory, launch failures, a CPU-only torch
             return ResourceReport.absent(f"gpu workload failed: {exc}"[:256])
         return ResourceReport.from_workloads(results)
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Protocol
 
@@ -68,8 +69,12 @@ class Workload(Protocol):
         """Allocate what ``run(samples)`` needs (not timed)."""
         ...
 
-    def run(self, samples: int) -> None:
-        """Process ``samples`` synthetic samples (timed); may be called repeatedly."""
+    def run(self, samples: int, deadline: float | None = None) -> int:
+        """Process ``samples`` synthetic samples (timed); may be called repeatedly.
+
+        Stops early, after the batch, chunk or shard in progress, once ``time.perf_counter()``
+        passes ``deadline``; returns the samples processed (``samples`` unless stopped).
+        """
         ...
 
     def close(self) -> None:
@@ -80,6 +85,12 @@ class Workload(Protocol):
 def _check_samples(samples: int) -> None:
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
+
+
+def _past(deadline: float, device: torch.device) -> bool:
+    """Whether the deadline passed; on CUDA, after waiting for the queued kernels."""
+    _sync(device)
+    return time.perf_counter() > deadline
 
 
 def _sync(device: torch.device) -> None:
@@ -122,8 +133,8 @@ class _TrainWorkload:
         self._x = torch.randn((batch, *shape), generator=gen).to(device)
         self._y = torch.randint(0, 10, (batch,), generator=gen).to(device)
 
-    def run(self, samples: int) -> None:
-        """Run forward, backward and an SGD step over ``samples`` samples."""
+    def run(self, samples: int, deadline: float | None = None) -> int:
+        """Run forward, backward and an SGD step over ``samples`` samples; return the count."""
         import torch
 
         _check_samples(samples)
@@ -138,7 +149,10 @@ class _TrainWorkload:
             loss.backward()  # type: ignore[no-untyped-call]
             self._opt.step()
             done += n
+            if deadline is not None and done < samples and _past(deadline, self._x.device):
+                break
         _sync(self._x.device)
+        return done
 
     def close(self) -> None:
         """Drop the model and the batch."""
@@ -236,8 +250,8 @@ class _MemoryWorkload:
     def _move(self, start: int, stop: int) -> None:
         raise NotImplementedError
 
-    def run(self, samples: int) -> None:
-        """Move ``samples`` samples, cycling through the buffer."""
+    def run(self, samples: int, deadline: float | None = None) -> int:
+        """Move ``samples`` samples, cycling through the buffer; return the count."""
         _check_samples(samples)
         if self._src is None:
             raise RuntimeError(f"{self.name}: prepare() before run()")
@@ -250,6 +264,9 @@ class _MemoryWorkload:
             done += stop - start
             if self.counter is not None:
                 self.counter.add(2 * (stop - start) * MEMORY_SAMPLE_BYTES)
+            if deadline is not None and done < samples and time.perf_counter() > deadline:
+                break
+        return done
 
     def close(self) -> None:
         """Free the buffers."""
@@ -315,8 +332,6 @@ def peak_copy_bandwidth(buffer_bytes: int, repeats: int = 3) -> float:
     repeats : int (default: 3)
         Copies timed; the fastest counts.
     """
-    import time
-
     import torch
 
     n = max(1, buffer_bytes // 4)
@@ -363,8 +378,11 @@ class ShardWorkload:
         size = min(samples, self.shard_samples) * DISK_SAMPLE_BYTES
         self._data = random.Random(0).randbytes(size)
 
-    def run(self, samples: int) -> None:
-        """Write ``samples`` samples in shards (fsync each), read them back, delete them."""
+    def run(self, samples: int, deadline: float | None = None) -> int:
+        """Write ``samples`` samples in shards (fsync each), read them back, delete them.
+
+        Past ``deadline`` no further shard is written; those written are read back.
+        """
         _check_samples(samples)
         if not self._data:
             raise RuntimeError(f"{self.name}: prepare() before run()")
@@ -372,15 +390,20 @@ class ShardWorkload:
         shards = math.ceil(samples / per_shard)
         sizes = [per_shard] * (shards - 1) + [samples - per_shard * (shards - 1)]
         view = memoryview(self._data)
+        written: list[int] = []
         try:
             for i, count in enumerate(sizes):
                 path = self.directory / f"shard-{i:06d}.bin"
                 self._paths.append(path)
                 self._write(path, view[: count * DISK_SAMPLE_BYTES])
-            for path, count in zip(self._paths, sizes, strict=True):
+                written.append(count)
+                if deadline is not None and time.perf_counter() > deadline:
+                    break
+            for path, count in zip(self._paths, written, strict=True):
                 self._read(path, count * DISK_SAMPLE_BYTES)
         finally:
             self._remove()
+        return sum(written)
 
     @staticmethod
     def _write(path: Path, data: memoryview) -> None:

@@ -1,0 +1,177 @@
+"""``flower-edge profile``: rate this device's cpu, gpu, memory and disk (seed 000 step 2).
+
+Usage: ``flower-edge profile [--quick] [--json] [--disk-dir PATH] [--repeats N]``.
+
+By default a readable table goes to stdout and a progress indicator to stderr; with ``--json``
+stdout holds only the report's JSON (the contract of :mod:`flower_edge.profiling.report`).
+Exit codes follow :mod:`flower_edge.cli`: 2 for a missing or unwritable ``--disk-dir`` or a
+``--repeats`` out of range, 130 when interrupted (Ctrl-C or SIGTERM); the temporary folder
+of the disk workloads is removed in every case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any, TextIO
+
+from flower_edge.errors import ConfigError, InputError
+
+if TYPE_CHECKING:
+    from flower_edge.profiling.report import Mode, ProfileReport
+
+__all__ = ["add_parser", "format_report", "run"]
+
+_MAX_REPEATS = 100
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register the ``profile`` sub-command."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "profile",
+        help="rate this device's cpu, gpu, memory and disk with resource-bound workloads",
+        description=(
+            "Run single-resource-intensive workloads per resource (cpu, gpu, memory, disk) and "
+            "rate each resource by N = mean(U * E), E = samples / seconds (seed formulas 3-4)."
+        ),
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="quick mode (a client's first contact, ~3 s)"
+    )
+    parser.add_argument("--json", action="store_true", help="print only the JSON report on stdout")
+    parser.add_argument(
+        "--disk-dir",
+        metavar="PATH",
+        default=None,
+        help="existing writable folder for the disk workload's temporary files "
+        "(default: the system's temporary folder)",
+    )
+    parser.add_argument(
+        "--repeats",
+        metavar="N",
+        type=str,
+        default=None,
+        help=f"timed runs per workload, 1-{_MAX_REPEATS} (default: quick 1, full 3)",
+    )
+    parser.set_defaults(run=run)
+    return parser
+
+
+def _repeats(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(
+            f"--repeats must be an integer in [1, {_MAX_REPEATS}], got {text!r}"
+        ) from None
+    if not 1 <= value <= _MAX_REPEATS:
+        raise ConfigError(f"--repeats must be in [1, {_MAX_REPEATS}], got {value}")
+    return value
+
+
+def _disk_dir(text: str | None) -> Path | None:
+    if text is None:
+        return None
+    from flower_edge.profiling.probe import TEMP_PREFIX
+
+    path = Path(text)
+    if not path.exists():
+        raise InputError(f"--disk-dir {text!r} does not exist")
+    if not path.is_dir():
+        raise InputError(f"--disk-dir {text!r} is not a folder")
+    try:  # the real test of writability (permission bits say little to root or on ACLs)
+        trial = tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=path)
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise InputError(f"--disk-dir {text!r} is not writable: {reason}") from None
+    os.rmdir(trial)
+    return path
+
+
+def _progress(stream: TextIO) -> Callable[[str, float], None]:
+    tty = stream.isatty()
+
+    def show(label: str, fraction: float) -> None:
+        line = f"[{fraction * 100:3.0f}%] {label}"
+        if tty:
+            end = "\n" if label == "done" else ""
+            stream.write(f"\r\x1b[2K{line}{end}")
+        else:
+            stream.write(line + "\n")
+        stream.flush()
+
+    return show
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """Turn SIGTERM into KeyboardInterrupt, so the same cleanup runs; restore afterwards."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def format_report(report: ProfileReport) -> str:
+    """Return the readable table of a report."""
+    host = report.host
+    load = " ".join(f"{v:.2f}" for v in host.load_average)
+    lines = [
+        f"flower-edge profile ({report.mode}, {report.elapsed_seconds:.1f} s)",
+        f"host: {host.cores} cores, {host.cpu_model or 'unknown CPU'}, "
+        f"{_gib(host.memory_bytes)} memory, GPU: {host.gpu_name or 'none'}, "
+        f"{host.platform or 'unknown platform'}, load average {load}",
+        "",
+        f"{'resource':<8} {'N = mean(U*E)':>14}  {'workload':<14} {'samples':>8} "
+        f"{'seconds':>8} {'U':>5} {'E (samples/s)':>14}",
+    ]
+    for name, res in report.resources.items():
+        if not res.available:
+            lines.append(f"{name:<8} {res.evaluation:>14.1f}  unavailable: {res.reason}")
+            continue
+        for i, w in enumerate(res.workloads):
+            head = f"{name:<8} {res.evaluation:>14.1f}" if i == 0 else " " * 23
+            lines.append(
+                f"{head}  {w.name:<14} {w.samples:>8d} {w.seconds:>8.4f} "
+                f"{w.utilization:>5.2f} {w.intensity:>14.1f}"
+            )
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the profile and print it; return the exit code."""
+    repeats = _repeats(args.repeats)
+    disk_dir = _disk_dir(args.disk_dir)
+    from flower_edge.profiling.probe import HostProbe
+
+    probe = HostProbe(disk_dir=disk_dir, repeats=repeats, progress=_progress(sys.stderr))
+    mode: Mode = "quick" if args.quick else "full"
+    with _sigterm_as_interrupt():
+        report = probe.profile(mode)
+    if args.json:
+        sys.stdout.write(report.to_json() + "\n")
+    else:
+        sys.stdout.write(format_report(report) + "\n")
+    return 0
