@@ -699,7 +699,8 @@ class _Run:  # the state of one start() call
         cfg[wire.SERVER_ROUND] = self.version + 1
         cfg[wire.GLOBAL_VERSION] = self.version
         cfg[wire.JOB_ID] = job.job_id
-        cfg[wire.SAMPLE_SHARE] = job.share
+        if job.share > 0:  # 0 = unknown: the client uses its own default
+            cfg[wire.SAMPLE_SHARE] = job.share
         cfg[wire.SLICE_BUDGET] = float(self.s.loop.slice_budget)
         cfg[wire.MATCH_RATIO] = float(node.ratio)
         cfg[wire.SEND_TIME] = float(self.clock.now())
