@@ -73,7 +73,9 @@ def _all_finite(array: Array) -> bool:
     return bool(np.isfinite(array).all())
 
 
-def check_update(arrays: Sequence[Array], reference: Sequence[Array]) -> str | None:
+def check_update(
+    arrays: Sequence[Array], reference: Sequence[Array], *, check_finite: bool = True
+) -> str | None:
     """Say why a local update cannot be aggregated against the reference model, if it cannot.
 
     Parameters
@@ -82,6 +84,8 @@ def check_update(arrays: Sequence[Array], reference: Sequence[Array]) -> str | N
         The update, one array per model tensor, in the reference's order.
     reference : Sequence[numpy.ndarray]
         The global model (only shapes and dtypes are read).
+    check_finite : bool (default: True)
+        Look for NaN/Inf (one pass over the update, the only O(model) part of the check).
 
     Returns
     -------
@@ -104,7 +108,7 @@ def check_update(arrays: Sequence[Array], reference: Sequence[Array]) -> str | N
                 f"array {index} has {_kind_label(array.dtype)} dtype {array.dtype}, "
                 f"expected {_kind_label(ref.dtype)} like {ref.dtype}"
             )
-        if array.dtype.kind == "f" and not _all_finite(array):
+        if check_finite and array.dtype.kind == "f" and not _all_finite(array):
             return f"array {index} contains NaN or Inf"
     return None
 
@@ -206,7 +210,9 @@ class WeightedSum:
             raise InputError(f"no update with key {key!r} in the sum (keys: {list(self._weights)})")
 
     # ------------------------------------------------------------ accumulate
-    def add(self, key: Hashable, arrays: Sequence[Array], weight: float) -> None:
+    def add(
+        self, key: Hashable, arrays: Sequence[Array], weight: float, *, checked: bool = False
+    ) -> None:
         """Add one local model to the sum.
 
         Parameters
@@ -217,6 +223,10 @@ class WeightedSum:
             The local model; must pass :func:`check_update` against the reference.
         weight : float
             ``w_i``; finite and ``> 0``.
+        checked : bool (default: False)
+            The caller already ran :func:`check_update` on this update against the same
+            reference and got ``None``: skip the NaN/Inf pass (counts, shapes and dtype kinds
+            are always checked; they are cheap).
 
         Raises
         ------
@@ -227,7 +237,7 @@ class WeightedSum:
         if key in self._weights:
             raise InputError(f"duplicate update key {key!r}: each update is added once")
         w = _check_weight(weight)
-        reason = check_update(arrays, self._reference)
+        reason = check_update(arrays, self._reference, check_finite=not checked)
         if reason is not None:
             raise InputError(f"update {key!r} rejected: {reason}")
         if w > self._scale:

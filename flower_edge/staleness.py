@@ -39,6 +39,7 @@ from flower_edge.errors import ConfigError, InputError
 __all__ = [
     "DECAYS",
     "MIN_DECAY",
+    "MIXINGS",
     "Decay",
     "DecayName",
     "MixingName",

@@ -289,3 +289,17 @@ def test_increasing_weights_keep_the_sum_exact() -> None:
     np.testing.assert_allclose(
         total.mean_without(39)[0], weighted_average(updates[:-1], weights[:-1])[0], rtol=1e-12
     )
+
+
+def test_checked_add_skips_only_the_finite_pass() -> None:
+    ref = [np.zeros(2, np.float32)]
+    nan_update = [np.array([np.nan, 0.0], np.float32)]
+    assert check_update(nan_update, ref, check_finite=False) is None
+    assert check_update(nan_update, ref) == "array 0 contains NaN or Inf"
+    total = WeightedSum(ref)
+    with pytest.raises(InputError, match=r"update 'x' rejected: array 0 has shape \(3,\)"):
+        total.add("x", [np.zeros(3, np.float32)], 1.0, checked=True)
+    with pytest.raises(InputError, match=r"update 'x' rejected: expected 1 arrays, got 2"):
+        total.add("x", [np.zeros(2, np.float32)] * 2, 1.0, checked=True)
+    total.add("y", [np.array([1.0, 2.0], np.float32)], 1.0, checked=True)
+    np.testing.assert_array_equal(total.mean()[0], [1.0, 2.0])
