@@ -60,6 +60,8 @@ Method = Literal["seed", "optimal"]
 METHODS: tuple[str, ...] = get_args(Method)
 #: fewest distinct loads that :func:`fit_time_model` fits a line through
 MIN_POINTS = 2
+#: most recent observations that :func:`fit_time_model` uses (the node's current state)
+MAX_POINTS = 512
 
 
 @dataclass(frozen=True)
@@ -239,6 +241,14 @@ def initial_shares(
 
 
 # ---------------------------------------------------------------- formula 8
+def _theil_sen_slope(x: NDArray[np.float64], y: NDArray[np.float64]) -> float:
+    """Median of the slopes of every pair of points with distinct x (Theil-Sen)."""
+    i, j = np.triu_indices(x.size, 1)
+    dx = x[j] - x[i]
+    keep = dx != 0
+    return float(np.median((y[j] - y[i])[keep] / dx[keep]))
+
+
 def fit_time_model(
     observations: Sequence[tuple[float, float]],
     prior: TimeModel | None = None,
@@ -247,7 +257,8 @@ def fit_time_model(
 ) -> TimeModel:
     """Fit ``seconds = k * load + b`` robustly to (load, seconds) observations.
 
-    Uses the Theil-Sen estimator (median of pairwise slopes; tolerates up to ~29% outliers);
+    Uses the Theil-Sen estimator (median of the slopes of all pairs of observations with
+    distinct loads; tolerates up to ~29% outliers) on the latest :data:`MAX_POINTS`;
     the intercept is the median residual ``median(seconds - k * load)``, clamped to ``>= 0``
     (an iteration never takes negative time).
 
@@ -292,10 +303,8 @@ def fit_time_model(
     if len(set(loads)) < min_points:
         reason = f"{len(set(loads))} distinct loads < min_points={min_points}"
     else:
-        from scipy.stats import theilslopes
-
-        x, y = np.asarray(loads), np.asarray(secs)
-        slope = float(theilslopes(y, x).slope)
+        x, y = np.asarray(loads[-MAX_POINTS:]), np.asarray(secs[-MAX_POINTS:])
+        slope = _theil_sen_slope(x, y)
         if math.isfinite(slope) and slope > 0:
             return TimeModel(slope, max(0.0, float(np.median(y - slope * x))))
         reason = f"fitted slope {slope:g} is not > 0"

@@ -324,17 +324,18 @@ def plot_radar(
             px, py = [*px, 0.0], [*py, 0.0]
         return [*px, px[0]], [*py, py[0]]
 
-    fig, ax = plt.subplots(figsize=(7.5, 6.5), dpi=110)
+    fig, ax = plt.subplots(figsize=(7.0, 7.0), dpi=110)
     ax.set_aspect("equal")
     ax.axis("off")
     # the chart: axes and the outer (distorted) polygon
+    pad = 0.12 * float(lengths.max())
     for angle, length, name in zip(angles, lengths, chart.axes, strict=True):
         x, y = length * math.cos(angle), length * math.sin(angle)
         ax.plot([0, x], [0, y], color="0.55", lw=1.0)
-        ax.annotate(
-            f"{name}\n(L={length:.2f})",
-            (x, y),
-            xytext=(1.13 * x, 1.13 * y),
+        ax.text(
+            (length + pad) * math.cos(angle),
+            (length + pad) * math.sin(angle),
+            f"{name}\nL={length:.2f}",
             ha="center",
             va="center",
             fontsize=9,
@@ -358,7 +359,13 @@ def plot_radar(
                 label=f"{labels[d]}  m={ratios[d]:.3f}",
             )
             ax.fill(*ring(xs[d], ys[d]), color=cmap(d), alpha=0.12)
-        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+        ax.legend(
+            loc="upper center",
+            bbox_to_anchor=(0.5, 0.0),
+            ncol=min(3, n),
+            fontsize=8,
+            frameon=False,
+        )
     else:
         cmap = plt.get_cmap("viridis")
         top = float(ratios.max()) or 1.0
@@ -366,22 +373,35 @@ def plot_radar(
         for d in order:
             ax.plot(*ring(xs[d], ys[d]), color=cmap(ratios[d] / top), lw=0.8, alpha=0.7)
         sm = plt.cm.ScalarMappable(cmap=cmap, norm=Normalize(0.0, top))
-        fig.colorbar(sm, ax=ax, shrink=0.7, label="match ratio m")
-        for d, tag in ((int(order[-1]), "best"), (int(order[0]), "worst")):
-            ax.annotate(
-                f"{tag}: {labels[d]} (m={ratios[d]:.3f})",
-                (xs[d, 0], ys[d, 0]),
-                fontsize=8,
-                xytext=(5, -12 if tag == "worst" else 5),
-                textcoords="offset points",
-            )
-    lim = 1.3 * float(lengths.max())
-    ax.set_xlim(-lim, lim)
-    ax.set_ylim(-lim, lim)
+        fig.colorbar(sm, ax=ax, shrink=0.6, pad=0.02, label="match ratio m")
+        best, worst = int(order[-1]), int(order[0])
+        ax.plot(
+            *ring(xs[best], ys[best]),
+            color="crimson",
+            lw=2.0,
+            label=f"best: {labels[best]} (m={ratios[best]:.3f})",
+        )
+        ax.plot(
+            *ring(xs[worst], ys[worst]),
+            color="black",
+            lw=1.4,
+            ls=":",
+            label=f"worst: {labels[worst]} (m={ratios[worst]:.3f})",
+        )
+        ax.legend(
+            loc="upper center",
+            bbox_to_anchor=(0.5, 0.0),
+            ncol=2,
+            fontsize=8,
+            frameon=False,
+        )
+    reach = lengths + 2.2 * pad  # room for the axis labels
+    ex, ey = reach * np.cos(angles), reach * np.sin(angles)
+    ax.set_xlim(min(float(ex.min()), -pad), max(float(ex.max()), pad))
+    ax.set_ylim(min(float(ey.min()), -pad), max(float(ey.max()), pad))
     ax.set_title(
         f"Distorted radar, {n} nodes  (p_c={chart.compute_share:.2f}, p_m={chart.memory_share:.2f})"
     )
-    fig.tight_layout()
-    fig.savefig(out, format="png")
+    fig.savefig(out, format="png", bbox_inches="tight")
     plt.close(fig)
     return out

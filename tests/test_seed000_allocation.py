@@ -133,6 +133,20 @@ def test_fit_ignores_an_outlier() -> None:
     assert abs(np.polyfit(x, y, 1)[0] - 0.1) > 0.02
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_fit_matches_scipy_theil_sen(seed: int) -> None:
+    from scipy.stats import theilslopes
+
+    rng = np.random.default_rng(seed)
+    x = rng.integers(1, 50, 15).astype(float)
+    y = 0.2 * x + 1.0 + np.abs(rng.standard_t(1, 15))  # heavy-tailed noise, times >= 0
+    ref = theilslopes(y, x)
+    fit = fit_time_model(list(zip(x, y, strict=True)), TimeModel(1.0, 0.0))
+    if ref.slope > 0:
+        assert fit.k == pytest.approx(ref.slope)
+        assert fit.b == pytest.approx(max(0.0, float(np.median(y - ref.slope * x))))
+
+
 def test_fit_falls_back_to_prior() -> None:
     prior = TimeModel(0.3, 1.0)
     assert fit_time_model([], prior) is prior
