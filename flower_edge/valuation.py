@@ -30,7 +30,7 @@ from numbers import Real
 import numpy as np
 import numpy.typing as npt
 
-from flower_edge.aggregation import Array, WeightedSum, check_update
+from flower_edge.aggregation import Array, WeightedSum
 from flower_edge.errors import InputError
 
 __all__ = [
@@ -116,6 +116,28 @@ def leave_one_out_values(
     return contributions, values_from_contributions(contributions.tolist())
 
 
+def _float_layers(gradient: Sequence[Array], reference: Sequence[Array]) -> list[int]:
+    """Check the gradient on the float tensors of the model; return their indices."""
+    if len(gradient) != len(reference):
+        raise InputError(f"gradient has {len(gradient)} arrays, expected {len(reference)}")
+    layers = []
+    for index, ref in enumerate(reference):
+        if ref.dtype.kind != "f":
+            continue  # integer counters have no gradient: ignored
+        g = gradient[index]
+        if not isinstance(g, np.ndarray) or g.dtype.kind != "f":
+            raise InputError(
+                f"gradient[{index}] must be a float numpy array, got "
+                f"{getattr(g, 'dtype', type(g).__name__)}"
+            )
+        if g.shape != ref.shape:
+            raise InputError(f"gradient[{index}] has shape {g.shape}, expected {ref.shape}")
+        if not np.isfinite(g).all():
+            raise InputError(f"gradient[{index}] contains NaN or Inf")
+        layers.append(index)
+    return layers
+
+
 def first_order_contributions(
     gradient: Sequence[Array], total: WeightedSum
 ) -> npt.NDArray[np.float64]:
@@ -150,18 +172,12 @@ def first_order_contributions(
     Raises
     ------
     InputError
-        Fewer than two updates, or a gradient of the wrong count or shapes or with NaN/Inf.
+        Fewer than two updates, or a gradient of the wrong count, or, on a float tensor, of
+        the wrong shape or dtype kind or with NaN/Inf (the message names the index).
     """
     if len(total) < 2:
         raise InputError(f"leave-one-out needs at least 2 updates, got {len(total)}")
-    reference = total.reference
-    float_reference = [
-        ref.astype(np.float64, copy=False) if ref.dtype.kind != "f" else ref for ref in reference
-    ]
-    reason = check_update(gradient, float_reference)
-    if reason is not None:
-        raise InputError(f"gradient rejected: {reason}")
-    layers = [i for i, ref in enumerate(reference) if ref.dtype.kind == "f"]
+    layers = _float_layers(gradient, total.reference)
     mean = total.mean()
     weights = total.weights
     top = max(weights.values())

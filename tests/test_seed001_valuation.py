@@ -214,7 +214,14 @@ def test_first_order_ignores_integer_layers_and_rejects_bad_inputs() -> None:
     # xbar = (0.25, 0.75); g = (1, 0): c_a = 1/3 * (0.25 - 1) = -0.25, c_b = 3 * 0.25 = 0.75
     got = first_order_contributions([np.array([1.0, 0.0]), np.array(1e9)], total)
     np.testing.assert_allclose(got, [-0.25, 0.75])
-    with pytest.raises(InputError, match=r"gradient rejected: expected 2 arrays, got 1"):
+    # the integer layer's entry is ignored, whatever it is
+    got = first_order_contributions([np.array([1.0, 0.0]), np.array(3, dtype=np.int64)], total)
+    np.testing.assert_allclose(got, [-0.25, 0.75])
+    with pytest.raises(InputError, match=r"gradient has 1 arrays, expected 2"):
         first_order_contributions([np.ones(2)], total)
-    with pytest.raises(InputError, match=r"gradient rejected: array 0 contains NaN or Inf"):
+    with pytest.raises(InputError, match=r"gradient\[0\] contains NaN or Inf"):
         first_order_contributions([np.array([np.nan, 0.0]), np.zeros(())], total)
+    with pytest.raises(InputError, match=r"gradient\[0\] has shape \(3,\), expected \(2,\)"):
+        first_order_contributions([np.ones(3), np.zeros(())], total)
+    with pytest.raises(InputError, match=r"gradient\[0\] must be a float numpy array, got int64"):
+        first_order_contributions([np.ones(2, dtype=np.int64), np.zeros(())], total)
