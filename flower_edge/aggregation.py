@@ -92,7 +92,8 @@ def check_update(
     str or None
         ``None`` when the update is fine; otherwise the reason, naming the first bad array
         index: wrong number of arrays, not an array, wrong shape, dtype of the other kind
-        (float where the reference is non-float or the reverse, or not numeric), NaN or Inf.
+        (float where the reference is non-float or the reverse, or not numeric), NaN or Inf,
+        or (when the dtypes differ) values beyond the range of the reference dtype.
     """
     if len(arrays) != len(reference):
         return f"expected {len(reference)} arrays, got {len(arrays)}"
@@ -110,7 +111,24 @@ def check_update(
             )
         if check_finite and array.dtype.kind == "f" and not _all_finite(array):
             return f"array {index} contains NaN or Inf"
+        if array.dtype != ref.dtype and array.size and not _fits(array, ref.dtype):
+            return f"array {index} has values beyond the range of the reference dtype {ref.dtype}"
     return None
+
+
+def _fits(array: Array, dtype: np.dtype[Any]) -> bool:
+    """Return whether the values of ``array`` are within the range of ``dtype``.
+
+    Only read when the update's dtype differs from the reference's (a float64 update of a
+    float32 model, an int64 counter of an int32 one): its average is cast back to ``dtype``
+    and must not overflow to Inf or wrap around.
+    """
+    if dtype.kind == "b":
+        return True
+    info = np.finfo(dtype) if dtype.kind == "f" else np.iinfo(dtype)
+    with np.errstate(invalid="ignore"):
+        low, high = float(np.min(array)), float(np.max(array))
+    return bool(low >= float(info.min) and high <= float(info.max))
 
 
 def _check_reference(reference: Sequence[Array]) -> list[Array]:

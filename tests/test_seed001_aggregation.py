@@ -205,6 +205,18 @@ def test_check_update_accepts_good_updates_and_huge_finite_values() -> None:
     assert check_update([np.zeros(3, np.float16), np.zeros(2, np.uint8)], reference) is None
 
 
+def test_check_update_rejects_values_beyond_the_reference_dtype() -> None:
+    reference: list[np.ndarray] = [np.zeros(2, np.float32), np.zeros(1, np.int32)]
+    ok = [np.array([3e38, -3e38]), np.array([2**31 - 1], np.int64)]
+    assert check_update(ok, reference) is None
+    assert check_update([np.array([0.0, 4e38]), ok[1]], reference) == (
+        "array 0 has values beyond the range of the reference dtype float32"
+    )
+    assert check_update([ok[0], np.array([2**31], np.int64)], reference) == (
+        "array 1 has values beyond the range of the reference dtype int32"
+    )
+
+
 def test_add_rejects_bad_updates_and_weights_and_keeps_the_sum() -> None:
     ref = [np.zeros(2, np.float32)]
     total = WeightedSum(ref)
