@@ -1,0 +1,286 @@
+"""``flower-edge analyze`` and ``flower-edge plan``: JSON contracts and bad input (exit 2)."""
+
+from __future__ import annotations
+
+import json
+import math
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from flower_edge.allocation import TimeModel, fit_time_model, predicted_makespan
+from flower_edge.cli import main
+from flower_edge.radar import match_ratios, standardise
+
+NODES = [
+    {"id": "pi4", "resources": {"cpu": 10, "gpu": 0, "memory": 40, "disk": 5}, "capacity": 500},
+    {"id": "jetson", "resources": {"cpu": 20, "gpu": 80, "memory": 60, "disk": 10}},
+    {"id": "laptop", "resources": {"cpu": 60, "gpu": 0, "memory": 100, "disk": 30}},
+]
+
+
+def write(tmp_path: Path, name: str, data: Any) -> str:
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return str(path)
+
+
+def run_json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> Any:
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def fails(argv: list[str], capsys: pytest.CaptureFixture[str], match: str) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert match in err, err
+
+
+# ---------------------------------------------------------------- analyze
+def test_analyze_bundled_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = run_json(["analyze", "cnn", "--input-shape", "8,1,28,28", "--json"], capsys)
+    assert set(doc) == {"operators", "mean_intensity", "compute_share", "memory_share"}
+    for op in doc["operators"]:
+        assert set(op) == {"name", "op", "flops", "bytes", "intensity", "kind"}
+        assert op["kind"] in ("compute", "memory")
+        assert isinstance(op["flops"], float)
+    n_compute = sum(op["kind"] == "compute" for op in doc["operators"])
+    assert doc["compute_share"] == n_compute / len(doc["operators"])
+    assert doc["memory_share"] == pytest.approx(1 - doc["compute_share"])
+
+
+def test_analyze_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["analyze", "transformer", "--input-shape", "4,16"]) == 0
+    out = capsys.readouterr().out
+    assert "compute share p_c =" in out
+    assert "aten.addmm.default" in out
+
+
+def test_analyze_factory_spec(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "seed000_user_models.py").write_text(
+        textwrap.dedent(
+            """
+            from torch import nn
+
+            def tiny():
+                return nn.Sequential(nn.Linear(6, 4), nn.Tanh(), nn.Linear(4, 2))
+
+            def broken():
+                raise ValueError("no weights here")
+
+            def not_a_module():
+                return 42
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = "seed000_user_models:tiny"
+    doc = run_json(["analyze", spec, "--input-shape", "3,6", "--json", "--share", "flops"], capsys)
+    assert any(op["op"] == "aten.tanh.default" for op in doc["operators"])
+    fails(
+        ["analyze", "seed000_user_models:broken", "--input-shape", "3,6"],
+        capsys,
+        "the factory raised ValueError: no weights here",
+    )
+    fails(
+        ["analyze", "seed000_user_models:not_a_module", "--input-shape", "3,6"],
+        capsys,
+        "returned int, not a torch.nn.Module",
+    )
+    fails(
+        ["analyze", "seed000_user_models:missing", "--input-shape", "3,6"],
+        capsys,
+        "has no callable 'missing'",
+    )
+    fails(["analyze", "no_such_pkg_xyz:f", "--input-shape", "3,6"], capsys, "cannot import")
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["analyze", "nope", "--input-shape", "2,3"], "neither pkg.mod:factory nor a bundled"),
+        (["analyze", "mlp", "--input-shape", "2,a"], "--input-shape must be comma-separated"),
+        (["analyze", "mlp", "--input-shape", "2,0"], "--input-shape must be comma-separated"),
+        (
+            ["analyze", "cnn", "--input-shape", "2,1,28,28", "--model-kwargs", '{"image_size": 8}'],
+            "does not fit the model (CNN)",
+        ),
+        (["analyze", "mlp", "--input-shape", "2,3", "--model-kwargs", "[1]"], "JSON object"),
+    ],
+)
+def test_analyze_bad_input(argv: list[str], match: str, capsys: pytest.CaptureFixture[str]) -> None:
+    fails(argv, capsys, match)
+
+
+# ---------------------------------------------------------------- plan
+def test_plan_json_contract_and_formulas(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profiles = write(tmp_path, "p.json", {"nodes": NODES})
+    argv = ["plan", "--profiles", profiles, "--total-samples", "3000", "--compute-share", "0.3"]
+    doc = run_json([*argv, "--json"], capsys)
+    assert set(doc) == {"compute_share", "memory_share", "method", "makespan", "nodes"}
+    assert doc["method"] == "seed"
+    assert doc["compute_share"] == 0.3
+    assert doc["memory_share"] == pytest.approx(0.7)
+    ev = np.array([[n["resources"][r] for r in ("cpu", "gpu", "memory", "disk")] for n in NODES])
+    ratios = match_ratios(ev, 0.3)
+    scores = standardise(ev)
+    assert [n["id"] for n in doc["nodes"]] == ["pi4", "jetson", "laptop"]
+    for d, node in enumerate(doc["nodes"]):
+        assert set(node) == {"id", "scores", "match_ratio", "samples", "predicted_seconds"}
+        assert node["match_ratio"] == pytest.approx(ratios[d])
+        assert list(node["scores"].values()) == pytest.approx(list(scores[d]))
+    samples = [n["samples"] for n in doc["nodes"]]
+    assert sum(samples) == 3000
+    assert samples[0] <= 500
+    # no observations: prior k = 1 / m, b = 0, under which formula 7 is already balanced
+    models = [TimeModel(1 / m, 0.0) for m in ratios]
+    assert doc["makespan"] == pytest.approx(predicted_makespan(samples, models))
+    exact = 3000 * ratios / ratios.sum()
+    assert np.all(np.abs(np.asarray(samples) - exact) <= 1)
+
+
+def test_plan_with_observations_and_optimal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profiles = write(tmp_path, "p.json", {"nodes": NODES})
+    obs_data = {
+        "pi4": [[100, 12.0], [200, 22.0], [300, 32.0], [400, 500.0], [500, 52.0], [50, 7.0]],
+        "jetson": [[100, 3.0], [300, 7.0]],
+        "laptop": [[500, 6.0], [1000, 11.0], [1500, 16.0]],
+    }
+    obs = write(tmp_path, "o.json", obs_data)
+    base = ["plan", "--profiles", profiles, "--total-samples", "3000", "--compute-share", "0.3"]
+    seed = run_json([*base, "--observations", obs, "--json"], capsys)
+    opt = run_json([*base, "--observations", obs, "--method", "optimal", "--json"], capsys)
+    models = [fit_time_model(obs_data[n["id"]]) for n in NODES]
+    assert models[0] == pytest.approx(TimeModel(0.1, 2.0))
+    for doc in (seed, opt):
+        samples = [n["samples"] for n in doc["nodes"]]
+        assert sum(samples) == 3000
+        assert samples[0] <= 500
+        assert doc["makespan"] == pytest.approx(predicted_makespan(samples, models))
+    assert opt["method"] == "optimal"
+    assert opt["makespan"] <= seed["makespan"] + 1e-9
+
+
+def test_plan_reads_profile_reports_and_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def report(node_id: str, evals: dict[str, float]) -> dict[str, Any]:
+        resources = {
+            r: {
+                "available": evals[r] > 0,
+                "evaluation": evals[r],
+                "reason": None if evals[r] > 0 else "absent",
+                "workloads": [],
+            }
+            for r in ("cpu", "gpu", "memory", "disk")
+        }
+        return {"id": node_id, "host": {}, "resources": resources, "mode": "quick",
+                "elapsed_seconds": 1.0}  # fmt: skip
+
+    data = [report(n["id"], n["resources"]) for n in NODES]
+    data[1] = {"id": "jetson", "profile": {k: v for k, v in data[1].items() if k != "id"}}
+    profiles = write(tmp_path, "reports.json", data)
+    plot = tmp_path / "radar.png"
+    argv = ["plan", "--profiles", profiles, "--total-samples", "100", "--model", "mlp"]
+    doc = run_json([*argv, "--input-shape", "8,64", "--plot", str(plot), "--json"], capsys)
+    assert 0 < doc["compute_share"] < 1
+    ev = np.array([[n["resources"][r] for r in ("cpu", "gpu", "memory", "disk")] for n in NODES])
+    ratios = match_ratios(ev, doc["compute_share"])
+    assert [n["match_ratio"] for n in doc["nodes"]] == pytest.approx(list(ratios))
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_plan_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    profiles = write(tmp_path, "p.json", {"nodes": NODES})
+    argv = ["plan", "--profiles", profiles, "--total-samples", "30", "--compute-share", "0.5"]
+    assert main([*argv, "--max-rows", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "method seed: makespan" in out
+    assert "(optimal:" in out
+    assert "1 more nodes" in out
+
+
+def test_plan_zero_match_node_gets_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nodes = [
+        {"id": "a", "resources": {"cpu": 1.0, "memory": 1.0}},
+        {"id": "b", "resources": {"cpu": 0.0, "memory": 0.0, "disk": 1.0}},
+    ]
+    profiles = write(tmp_path, "p.json", {"nodes": nodes})
+    argv = ["plan", "--profiles", profiles, "--total-samples", "10", "--compute-share", "0.5"]
+    for method in ("seed", "optimal"):
+        doc = run_json([*argv, "--method", method, "--json"], capsys)
+        assert [n["samples"] for n in doc["nodes"]] == [10, 0]
+        assert doc["nodes"][1]["match_ratio"] == 0.0
+
+
+BAD_PLANS: list[tuple[Any, list[str], str]] = [
+    ({"nodes": []}, [], "node list is empty"),
+    ({"nodes": [NODES[0], NODES[0]]}, [], "nodes[1].id 'pi4' duplicates nodes[0].id"),
+    (
+        '{"nodes": [{"id": "x", "resources": {"cpu": NaN}}]}',
+        [],
+        "nodes[0].resources.cpu must be a finite number >= 0, got nan",
+    ),
+    (
+        {"nodes": [{"id": "x", "resources": {"cpu": -1}}]},
+        [],
+        "nodes[0].resources.cpu must be a finite number >= 0, got -1",
+    ),
+    (
+        '{"nodes": [{"id": "x", "resources": {"cpu": Infinity}}]}',
+        [],
+        "must be a finite number >= 0, got inf",
+    ),
+    ({"nodes": [{"id": "x", "resources": {"tpu": 1}}]}, [], "unknown keys ['tpu']"),
+    ({"nodes": [{"resources": {"cpu": 1}}]}, [], "nodes[0].id must be a non-empty string"),
+    ({"nodes": [{"id": "x", "resources": {"cpu": 1}, "capacity": -3}]}, [], "capacity must be"),
+    ({"nodes": [{"id": "x", "resources": {"cpu": 0}}]}, [], "no node scores above zero"),
+    ({"nodes": NODES}, ["--total-samples", "-5"], "--total-samples must be an integer >= 0"),
+    (
+        {"nodes": [{"id": "x", "resources": {"cpu": 1}, "capacity": 5}]},
+        [],
+        "can hold 5 samples, fewer than total=10",
+    ),
+    ({"nodes": NODES}, ["--compute-share", "1.5"], "--compute-share must be a number in [0, 1]"),
+    ({"nodes": NODES}, ["--model", "mlp"], "exactly one of --model"),
+    ("{not json", [], "is not valid JSON"),
+]
+
+
+@pytest.mark.parametrize(("profiles", "extra", "match"), BAD_PLANS)
+def test_plan_bad_input(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    profiles: Any,
+    extra: list[str],
+    match: str,
+) -> None:
+    path = write(tmp_path, "p.json", profiles)
+    argv = ["plan", "--profiles", path, "--total-samples", "10", "--compute-share", "0.5"]
+    if "--total-samples" in extra:
+        argv[3:5] = []
+    if "--compute-share" in extra:  # replace the default share
+        argv = argv[:-2]
+    fails([*argv, *extra], capsys, match)
+
+
+def test_plan_bad_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    profiles = write(tmp_path, "p.json", {"nodes": NODES})
+    base = ["plan", "--profiles", profiles, "--total-samples", "10", "--compute-share", "0.5"]
+    fails(["plan", "--profiles", str(tmp_path / "none.json"), *base[3:]], capsys, "--profiles")
+    obs = write(tmp_path, "o.json", {"ghost": [[1, 2]]})
+    fails([*base, "--observations", obs], capsys, "unknown node id 'ghost'")
+    obs = write(tmp_path, "o.json", {"pi4": [[1, math.pi, 3]]})
+    fails([*base, "--observations", obs], capsys, "must be a [load, seconds] pair")
+    fails([*base, "--plot", str(tmp_path / "no" / "r.png")], capsys, "does not exist")
