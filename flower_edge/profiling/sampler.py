@@ -24,10 +24,12 @@ What each counter means, and its limits
     ``psutil.disk_io_counters(perdisk=True)``: ``busy_time`` (Linux, FreeBSD) is the time in ms
     during which the device had I/O in flight (iostat's ``%util``); the most busy device in
     the interval is taken, so partitions are not counted twice. For devices that can serve
-    requests in parallel (SSD, NVMe, network disks) 100 % busy is not saturation. Where
-    ``busy_time`` is missing (macOS, Windows) or there are no counters (some containers), the
-    fallback is the share of wall time the workload's process spent off-CPU,
-    ``1 - d(process cpu time) / d(wall)``, i.e. waiting for I/O.
+    requests in parallel (SSD, NVMe, network disks) 100 % busy is not saturation; the counter
+    has millisecond resolution. Where ``busy_time`` is missing (macOS, Windows), there are no
+    counters (some containers), or no device was busy during the interval (a folder on tmpfs,
+    overlay or network file systems, whose I/O no block device sees), the fallback is the share
+    of wall time the workload's process spent off-CPU, ``1 - d(process cpu time) / d(wall)``,
+    i.e. waiting for I/O.
 :class:`NvmlCounter` (gpu)
     ``nvmlDeviceGetUtilizationRates().gpu``: the percentage of the driver's last sample period
     (1/6 s to 1 s depending on the product) during which one or more kernels ran. It is not
@@ -177,8 +179,9 @@ class DiskCounter:
         if d_wall <= 0:
             return 0.0
         if busy is not None and busy0 is not None:
-            deltas = [busy[k] - busy0[k] for k in busy.keys() & busy0.keys()]
-            return max(deltas, default=0.0) / d_wall
+            most = max((busy[k] - busy0[k] for k in busy.keys() & busy0.keys()), default=0.0)
+            if most > 0:
+                return most / d_wall
         return 1.0 - (cpu - cpu0) / d_wall
 
 

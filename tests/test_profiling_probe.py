@@ -1,0 +1,338 @@
+"""HostProbe, GPU detection, bad inputs and cleanup; and the ``flower-edge profile`` command."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from test_profiling_contract import check_contract
+
+from flower_edge.cli import main
+from flower_edge.errors import ConfigError, InputError
+from flower_edge.profiling import PLANS, HostProbe, ProfilePlan, ProfileReport, profile_host
+from flower_edge.profiling import gpu as gpu_mod
+from flower_edge.profiling import probe as probe_mod
+from flower_edge.profiling.gpu import GpuInfo, detect_gpu
+from flower_edge.profiling.workloads import ShardWorkload
+
+torch = pytest.importorskip("torch")
+HAS_CUDA = torch.cuda.is_available()
+
+TINY = ProfilePlan(
+    cpu_samples=(32, 16),
+    gpu_samples=(64, 32),
+    memory_samples=(256, 128),
+    memory_buffer_bytes=1 << 20,
+    disk_samples=(8, 32),
+    repeats=1,
+    run_budget=1.0,
+    disk_shard_samples=(4, 16),
+    sample_interval=0.01,
+)
+
+
+@pytest.fixture(autouse=True)
+def _tiny_plans(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(PLANS, "quick", TINY)
+    monkeypatch.setitem(PLANS, "full", TINY)
+
+
+def _interrupt_in_disk_workload(monkeypatch: pytest.MonkeyPatch, how: str = "raise") -> list[Path]:
+    """Make the first disk workload write a shard, then get interrupted."""
+    seen: list[Path] = []
+
+    def interrupted(self: ShardWorkload, samples: int, deadline: float | None = None) -> int:
+        shard = self.directory / "shard-000000.bin"
+        shard.write_bytes(b"x" * 100)
+        seen.append(shard)
+        if how == "sigterm":
+            os.kill(os.getpid(), signal.SIGTERM)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ShardWorkload, "run", interrupted)
+    return seen
+
+
+# ---------------------------------------------------------------- the probe
+
+
+@pytest.fixture(scope="module")
+def tiny_run(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[ProfileReport, list[tuple[str, float]], Path, int]:
+    """One tiny quick profile through ``profile_host``, shared by the tests that read it."""
+    folder = tmp_path_factory.mktemp("disk")
+    calls: list[tuple[str, float]] = []
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setitem(PLANS, "quick", TINY)
+            report = profile_host("quick", folder, None, lambda label, f: calls.append((label, f)))
+        after = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(threads)
+    return report, calls, folder, after
+
+
+def test_probe_report_meets_the_contract_and_leaves_no_files(
+    tiny_run: tuple[ProfileReport, list[tuple[str, float]], Path, int],
+) -> None:
+    report, calls, folder, _ = tiny_run
+    assert check_contract(report.to_dict()) == []
+    assert ProfileReport.from_json(report.to_json()) == report
+    assert report.mode == "quick"
+    assert [w.name for w in report.resources["cpu"].workloads] == ["cpu-dense", "cpu-conv"]
+    assert [w.name for w in report.resources["memory"].workloads] == [
+        "memory-copy",
+        "memory-gather",
+    ]
+    assert [w.name for w in report.resources["disk"].workloads] == ["disk-small", "disk-large"]
+    for name in ("cpu", "memory", "disk"):
+        assert report.resources[name].available
+        assert report.evaluations[name] > 0
+    assert report.host.cores == os.cpu_count()
+    assert list(folder.iterdir()) == []
+    labels = [label for label, _ in calls]
+    assert labels[0] == "cpu-dense"
+    assert calls[-1] == ("done", 1.0)
+    assert "disk-large" in labels
+    fractions = [f for _, f in calls]
+    assert fractions == sorted(fractions)
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="a CUDA device is present")
+def test_gpu_absent_is_reported_with_reason_and_zero_evaluation(
+    tiny_run: tuple[ProfileReport, list[tuple[str, float]], Path, int],
+) -> None:
+    report = tiny_run[0]
+    gpu = report.resources["gpu"]
+    assert gpu.available is False
+    assert gpu.evaluation == 0.0
+    assert gpu.workloads == ()
+    assert gpu.reason is not None
+    assert "CUDA" in gpu.reason
+    assert report.evaluations["gpu"] == 0.0
+    assert report.host.gpu_name is None
+
+
+def test_probe_restores_torch_threads(
+    tiny_run: tuple[ProfileReport, list[tuple[str, float]], Path, int],
+) -> None:
+    assert tiny_run[3] == 1  # the probe used every core, then put back the caller's setting
+
+
+@pytest.mark.parametrize("repeats", [0, -3, 101, True, 2.5])
+def test_probe_rejects_bad_repeats(repeats: Any) -> None:
+    with pytest.raises(ConfigError, match=r"repeats must be an integer in \[1, 100\], got"):
+        HostProbe(repeats=repeats)
+
+
+def test_probe_rejects_bad_mode(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"mode must be one of \('quick', 'full'\), got 'slow'"):
+        HostProbe(tmp_path).profile("slow")  # type: ignore[arg-type]
+
+
+def test_probe_rejects_missing_and_non_folder_disk_dir(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="disk_dir '.*nope' does not exist"):
+        HostProbe(tmp_path / "nope")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(InputError, match="disk_dir '.*file' is not a folder"):
+        HostProbe(tmp_path / "file")
+
+
+def test_probe_rejects_unwritable_disk_dir_before_any_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def denied(**kwargs: Any) -> str:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", denied)
+    monkeypatch.setattr(HostProbe, "_run_all", lambda *a: pytest.fail("workloads ran"))
+    with pytest.raises(InputError, match="disk_dir '.*' is not writable: Permission denied"):
+        HostProbe(tmp_path).profile("quick")
+
+
+def test_interrupt_inside_a_workload_removes_the_temp_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = _interrupt_in_disk_workload(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        HostProbe(tmp_path).profile("quick")
+    assert len(seen) == 1
+    assert seen[0].parent.name.startswith(probe_mod.TEMP_PREFIX)  # it was in the temp folder
+    assert not seen[0].exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_remove_tree_removes_nested_folders(tmp_path: Path) -> None:
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "f").write_text("x")
+    probe_mod.remove_tree(tmp_path / "a")
+    assert list(tmp_path.iterdir()) == []
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == set()  # nothing left blocked
+
+
+# ---------------------------------------------------------------- GPU detection
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="a CUDA device is present")
+def test_detect_gpu_without_cuda() -> None:
+    info = detect_gpu()
+    assert info == GpuInfo(False, None, "no CUDA device (torch.cuda.is_available() is False)")
+
+
+def _fake_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    props = SimpleNamespace(
+        name="Fake GPU", total_memory=1 << 30, pci_domain_id=0, pci_bus_id=1, pci_device_id=0
+    )
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
+
+
+def test_detect_gpu_reports_nvml_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_cuda(monkeypatch)
+
+    def fail() -> None:
+        raise OSError("libnvidia-ml.so.1: cannot open shared object file")
+
+    fake_nvml = SimpleNamespace(nvmlInit=fail, nvmlShutdown=lambda: None)
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml)
+    info = detect_gpu()
+    assert info.available is False
+    assert info.reason is not None
+    assert info.reason.startswith("NVML error: OSError('libnvidia-ml.so.1")
+
+
+def test_detect_gpu_reports_missing_nvml_library(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_cuda(monkeypatch)
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails
+    info = detect_gpu()
+    assert info.available is False
+    assert info.reason is not None
+    assert info.reason.startswith("NVML unavailable (install nvidia-ml-py)")
+
+
+def test_detect_gpu_matches_nvml_handle_by_pci_bus_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_cuda(monkeypatch)
+    asked: list[str] = []
+
+    def by_bus(bus: str) -> str:
+        asked.append(bus)
+        return "handle-1"
+
+    fake_nvml = SimpleNamespace(
+        nvmlInit=lambda: None,
+        nvmlShutdown=lambda: None,
+        nvmlDeviceGetHandleByPciBusId=by_bus,
+        nvmlDeviceGetHandleByIndex=lambda i: pytest.fail("fell back to the index"),
+        nvmlDeviceGetUtilizationRates=lambda h: SimpleNamespace(gpu=0, memory=0),
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml)
+    info = detect_gpu()
+    assert asked == ["00000000:01:00.0"]
+    assert info == GpuInfo(True, "Fake GPU", None, 0, 1 << 30, "handle-1")
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="a CUDA device is present")
+def test_gpu_workload_failure_is_reported_not_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = GpuInfo(True, "Fake GPU", None, 0, 1 << 30, handle=object())
+    monkeypatch.setattr(probe_mod, "detect_gpu", lambda: fake)
+    monkeypatch.setattr(probe_mod, "nvml_shutdown", lambda: None)
+    report = HostProbe(tmp_path).profile("quick")  # CPU-only torch cannot move to cuda:0
+    gpu = report.resources["gpu"]
+    assert gpu.available is False
+    assert gpu.reason is not None
+    assert gpu.reason.startswith("gpu workload failed: ")
+    assert report.host.gpu_name == "Fake GPU"
+    assert check_contract(report.to_dict()) == []
+
+
+def test_nvml_shutdown_never_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fail() -> None:
+        raise RuntimeError("not initialised")
+
+    monkeypatch.setitem(sys.modules, "pynvml", SimpleNamespace(nvmlShutdown=fail))
+    gpu_mod.nvml_shutdown()
+
+
+# ---------------------------------------------------------------- the CLI
+
+
+def test_cli_json_prints_only_the_contract(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["profile", "--quick", "--json", "--disk-dir", str(tmp_path), "--repeats", "2"])
+    out, err = capsys.readouterr()
+    assert code == 0
+    doc = json.loads(out)  # stdout is the JSON and nothing else
+    assert check_contract(doc) == []
+    assert doc["mode"] == "quick"
+    assert "[100%] done" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["profile", "--disk-dir", str(tmp_path)])
+    out, _ = capsys.readouterr()
+    assert code == 0
+    assert out.startswith("flower-edge profile (full, ")
+    for name in ("cpu-dense", "cpu-conv", "memory-copy", "memory-gather", "disk-small"):
+        assert name in out
+    if not HAS_CUDA:
+        assert "unavailable: no CUDA device" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--repeats", "0"], r"--repeats must be in [1, 100], got 0"),
+        (["--repeats", "many"], r"--repeats must be an integer in [1, 100], got 'many'"),
+        (["--disk-dir", "{tmp}/missing"], "--disk-dir '{tmp}/missing' does not exist"),
+        (["--disk-dir", "{tmp}/file"], "--disk-dir '{tmp}/file' is not a folder"),
+    ],
+)
+def test_cli_bad_input_exits_2_naming_the_option(
+    args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "file").write_text("x")
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    code = main(["profile", "--quick", *args])
+    _, err = capsys.readouterr()
+    assert code == 2
+    assert message.replace("{tmp}", str(tmp_path)) in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+@pytest.mark.skipif(not Path("/sys/kernel").is_dir(), reason="needs Linux sysfs")
+def test_cli_unwritable_disk_dir_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["profile", "--quick", "--disk-dir", "/sys/kernel"])
+    _, err = capsys.readouterr()
+    assert code == 2
+    assert "--disk-dir '/sys/kernel' is not writable" in err
+
+
+@pytest.mark.parametrize("how", ["raise", "sigterm"])
+def test_cli_interrupted_exits_130_and_leaves_nothing(
+    how: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    seen = _interrupt_in_disk_workload(monkeypatch, how)
+    code = main(["profile", "--quick", "--json", "--disk-dir", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 130
+    assert "interrupted" in err
+    assert out == ""
+    assert len(seen) == 1
+    assert list(tmp_path.iterdir()) == []
+    assert signal.getsignal(signal.SIGTERM) == before
