@@ -95,6 +95,10 @@ class LoopConfig:
         which the count can pass K).
     time_budget : float, optional
         Stop once this many clock seconds have passed since the start.
+    max_misses : int (default: 3)
+        A node whose messages go unanswered (forgotten after ``start``'s ``timeout``) this
+        many times in a row is dropped for the rest of the run; the loop stops when no node
+        is left to wait for.
     """
 
     slice_budget: float = 0.0
@@ -106,6 +110,7 @@ class LoopConfig:
     registration_timeout: float = 120.0
     min_nodes: int | None = None
     time_budget: float | None = None
+    max_misses: int = 3
 
     def __post_init__(self) -> None:
         _positive("slice_budget", self.slice_budget, allow_zero=True)
@@ -128,6 +133,12 @@ class LoopConfig:
         ):
             raise ConfigError(f"min_nodes must be an integer >= 1, got {self.min_nodes!r}")
         _positive("time_budget", self.time_budget, optional=True)
+        if (
+            isinstance(self.max_misses, bool)
+            or not isinstance(self.max_misses, int)
+            or (self.max_misses < 1)
+        ):
+            raise ConfigError(f"max_misses must be an integer >= 1, got {self.max_misses!r}")
 
 
 @dataclass(frozen=True)

@@ -167,6 +167,7 @@ class _Node:
     last_base: int = -1
     late: bool = False
     gone: bool = False
+    misses: int = 0
     observations: list[tuple[float, float]] = field(default_factory=list)
 
 
@@ -845,7 +846,16 @@ class _Run:  # the state of one start() call
             node.outstanding = None
             node.job = None
             node.last_base = -1
-            node.gone = node.node_id not in registered
+            node.misses += 1
+            node.gone = node.node_id not in registered or node.misses >= self.s.loop.max_misses
+            if node.gone:
+                log(
+                    WARNING,
+                    "%s: node %s dropped for the rest of the run (%d missed messages)",
+                    self.s.name,
+                    node.node_id,
+                    node.misses,
+                )
         self._start_idle_jobs()
 
     def _stalled(self) -> bool:
@@ -898,6 +908,7 @@ class _Run:  # the state of one start() call
         self.open.pop(sent.message_id, None)
         node = self.nodes[sent.node_id]
         node.outstanding = None
+        node.misses = 0
         job = node.job
         if job is None or job.job_id != sent.job_id:
             self._reject(node, sent.job_id, "reply for a job that is no longer running")

@@ -1,0 +1,358 @@
+"""Bad replies, invalid settings, deadlines, lost and restarted nodes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
+from test_strategy_toys import ToyEdge, accuracy_fn, model
+
+from flower_edge import wire
+from flower_edge.errors import ConfigError
+from strategies import (
+    EdgeStrategy,
+    FedAsync,
+    FedBuff,
+    InProcessGrid,
+    LoopConfig,
+    ManualClock,
+    ShareConfig,
+    StopConfig,
+    ValuationConfig,
+    VirtualClock,
+)
+
+EQUAL = ShareConfig(profile=False, total_samples=400, rebalance="off")
+
+
+def virtual() -> VirtualClock:
+    return VirtualClock(wall=ManualClock())
+
+
+def _reply(msg: Message, arrays: dict[str, np.ndarray] | None, metrics: dict) -> Message:  # type: ignore[type-arg]
+    content = RecordDict({wire.METRICS: MetricRecord(metrics)})
+    if arrays is not None:
+        content[wire.ARRAYS] = ArrayRecord({k: Array(v) for k, v in arrays.items()})
+    return Message(content, reply_to=msg)
+
+
+def _good_arrays() -> dict[str, np.ndarray]:
+    return {"w": np.ones(3, dtype=np.float32), "steps": np.array([1], dtype=np.int64)}
+
+
+def _cfg(msg: Message, key: str) -> int:
+    return int(msg.content.config_records[wire.CONFIG][key])  # type: ignore[arg-type]
+
+
+def _protocol(msg: Message, **over: object) -> dict:  # type: ignore[type-arg]
+    metrics = {
+        wire.NUM_EXAMPLES: 10,
+        wire.DONE: 1,
+        wire.JOB_ID: _cfg(msg, wire.JOB_ID),
+        wire.BASE_VERSION: _cfg(msg, wire.GLOBAL_VERSION),
+        wire.VIRTUAL_SECONDS: 1.0,
+    }
+    metrics.update(over)  # type: ignore[arg-type]
+    return metrics
+
+
+def _raises(msg: Message, ctx: Context) -> Message:
+    raise RuntimeError("disk full")
+
+
+BAD: dict[str, tuple[Callable[[Message, Context], Message], str]] = {
+    "error": (_raises, "client error .*disk full"),
+    "shape": (
+        lambda m, c: _reply(m, {"w": np.ones(4, np.float32), "steps": np.array([1])}, _protocol(m)),
+        "array 0 has shape",
+    ),
+    "nan": (
+        lambda m, c: _reply(
+            m, {"w": np.array([1, np.nan, 1], np.float32), "steps": np.array([1])}, _protocol(m)
+        ),
+        "NaN or Inf",
+    ),
+    "dtype": (
+        lambda m, c: _reply(m, {"w": np.ones(3, np.int32), "steps": np.array([1])}, _protocol(m)),
+        "non-float dtype",
+    ),
+    "names": (
+        lambda m, c: _reply(m, {"x": np.ones(3, np.float32)}, _protocol(m)),
+        "array names differ",
+    ),
+    "missing-examples": (
+        lambda m, c: _reply(
+            m, _good_arrays(), {k: v for k, v in _protocol(m).items() if k != wire.NUM_EXAMPLES}
+        ),
+        "'num-examples' is missing",
+    ),
+    "negative-examples": (
+        lambda m, c: _reply(m, _good_arrays(), _protocol(m, **{wire.NUM_EXAMPLES: -5})),
+        "num-examples must be >= 0",
+    ),
+    "absurd-examples": (
+        lambda m, c: _reply(m, _good_arrays(), _protocol(m, **{wire.NUM_EXAMPLES: 10**9})),
+        "absurd num-examples",
+    ),
+    "job-id": (
+        lambda m, c: _reply(m, _good_arrays(), _protocol(m, **{wire.JOB_ID: 999_999})),
+        "job id 999999 but the message was for job",
+    ),
+    "base-version": (
+        lambda m, c: _reply(m, _good_arrays(), _protocol(m, **{wire.BASE_VERSION: 7})),
+        "base version 7 was never sent",
+    ),
+    "no-arrays": (lambda m, c: _reply(m, None, _protocol(m)), "finished update carries no arrays"),
+}
+
+
+def test_bad_replies_are_rejected_with_node_and_reason_and_never_aggregated(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    n_good = 4
+    grid = InProcessGrid(ToyEdge(), n_good + len(BAD))
+    bad_nodes = {}
+    for offset, (name, (app, _)) in enumerate(BAD.items()):
+        node = 1001 + n_good + offset
+        grid.set_app(node, app)
+        bad_nodes[node] = name
+    strategy = EdgeStrategy(threshold=2, clock=virtual(), shares=EQUAL)
+    with caplog.at_level("WARNING"):
+        strategy.start(grid, model(0.0), num_rounds=3, evaluate_fn=accuracy_fn())
+    assert len(strategy.history) == 3
+    for record in strategy.history:
+        assert not set(record.participants) & set(bad_nodes)
+    rejected = [e for e in strategy.events if e.kind == "rejected"]
+    for node, name in bad_nodes.items():
+        reasons = [e.detail for e in rejected if e.node_id == node]
+        assert reasons, f"{name} was not rejected"
+        assert any(__import__("re").search(BAD[name][1], r) for r in reasons), (name, reasons)
+        assert f"rejected reply of node {node}" in caplog.text
+
+
+def test_duplicate_and_foreign_replies_are_rejected() -> None:
+    seen: set[str] = set()
+
+    def order(replies: list[Message]) -> list[Message]:
+        out = list(replies)
+        for reply in replies:
+            if reply.metadata.src_node_id == 1001 and reply.metadata.message_id not in seen:
+                seen.add(reply.metadata.message_id)
+                out.append(reply)  # delivered twice
+            if reply.metadata.src_node_id == 1002 and not seen & {"forged"}:
+                seen.add("forged")
+                reply.metadata.__dict__["_src_node_id"] = 4242  # claims another node
+        return out
+
+    grid = InProcessGrid(ToyEdge(), 5, order=order)
+    strategy = EdgeStrategy(threshold=2, clock=virtual(), shares=EQUAL)
+    strategy.start(grid, model(0.0), num_rounds=3)
+    rejected = [e for e in strategy.events if e.kind == "rejected"]
+    assert [e.detail for e in rejected if e.node_id == 1001][:1] == ["unknown or consumed message"]
+    assert any("reply from node 4242 to a message for node 1002" in e.detail for e in rejected)
+    counted = [
+        (n, j) for h in strategy.history for n, j in zip(h.participants, h.job_ids, strict=True)
+    ]
+    assert len(counted) == len(set(counted))
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda: EdgeStrategy(threshold=0), "threshold K must be an integer >= 1"),
+        (lambda: EdgeStrategy(threshold=2, decay="linear"), "unknown decay 'linear'"),
+        (lambda: EdgeStrategy(threshold=2, decay_a=0.0), "decay parameter a must be"),
+        (lambda: EdgeStrategy(threshold=2, decay="hinge", decay_b=-1.0), "parameter b"),
+        (lambda: EdgeStrategy(threshold=2, resume=True), "resume=True needs checkpoint_dir"),
+        (lambda: LoopConfig(deadline=0.0), "deadline must be finite and > 0"),
+        (lambda: LoopConfig(staleness_bound=-1), "staleness_bound must be an integer >= 0"),
+        (lambda: ShareConfig(rebalance="fast"), "rebalance must be one of seed, optimal, off"),  # type: ignore[arg-type]
+        (lambda: ShareConfig(compute_share=1.5), r"compute_share must be in \[0, 1\]"),
+        (lambda: ShareConfig(max_share_fraction=0.0), "max_share_fraction must be"),
+        (lambda: ValuationConfig(mode="shapley"), "valuation mode must be one of"),  # type: ignore[arg-type]
+        (lambda: ValuationConfig(mode="first-order"), "needs gradient_fn"),
+        (lambda: StopConfig(patience=0), "patience must be an integer >= 1"),
+        (lambda: FedAsync(alpha=0.0), r"alpha must be in \(0, 1\]"),
+        (lambda: FedAsync(staleness_fn="exp"), "staleness_fn must be one of"),  # type: ignore[arg-type]
+        (lambda: FedBuff(threshold=2, server_lr=-1.0), "server_lr must be"),
+    ],
+)
+def test_invalid_settings_raise_a_clear_error(make: Callable[[], object], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        make()
+
+
+def test_threshold_not_below_the_number_of_nodes_raises_before_any_message() -> None:
+    grid = InProcessGrid(ToyEdge(), 4)
+    strategy = EdgeStrategy(threshold=4, clock=virtual(), loop=LoopConfig(min_nodes=4))
+    with pytest.raises(ConfigError, match=r"threshold K = 4 must be < the number of nodes \(4\)"):
+        strategy.start(grid, model(0.0), num_rounds=1)
+    assert grid.pushed == []
+
+
+def test_too_few_nodes_registered_raises_before_any_message() -> None:
+    grid = InProcessGrid(ToyEdge(), 3)
+    strategy = EdgeStrategy(threshold=3, clock=VirtualClock(wall=ManualClock()))
+    with pytest.raises(
+        ConfigError, match="only 3 nodes registered within 120.0 s; need at least 4"
+    ):
+        strategy.start(grid, model(0.0), num_rounds=1)
+    assert grid.pushed == []
+
+
+def test_share_cap_below_one_over_n_raises_before_any_message() -> None:
+    grid = InProcessGrid(ToyEdge(), 4)
+    strategy = EdgeStrategy(
+        threshold=2, clock=virtual(), shares=ShareConfig(max_share_fraction=0.2)
+    )
+    with pytest.raises(ConfigError, match="max_share_fraction = 0.2 must be >= 1 / number"):
+        strategy.start(grid, model(0.0), num_rounds=1)
+    assert grid.pushed == []
+
+
+def test_missing_metric_key_raises_before_any_train_message() -> None:
+    grid = InProcessGrid(ToyEdge(), 4)
+    strategy = EdgeStrategy(
+        threshold=2, clock=virtual(), shares=EQUAL, valuation=ValuationConfig(metric_key="f1")
+    )
+    with pytest.raises(ConfigError, match="evaluate_fn returned no metric 'f1'"):
+        strategy.start(grid, model(0.0), num_rounds=1, evaluate_fn=accuracy_fn())
+    assert not [m for m in grid.pushed if m.metadata.message_type == "train"]
+
+
+def test_a_late_update_is_counted_exactly_once_with_its_decayed_weight() -> None:
+    toy = ToyEdge()  # durations 10.5, 5.5, 3.0, 1.75 s
+    grid = InProcessGrid(toy, 4)
+    strategy = EdgeStrategy(
+        threshold=2, clock=virtual(), shares=EQUAL, loop=LoopConfig(deadline=6.0)
+    )
+    strategy.start(grid, model(0.0), num_rounds=4, evaluate_fn=accuracy_fn())
+    late = [e for e in strategy.events if e.kind == "late"]
+    assert [(e.node_id, e.time) for e in late][:1] == [(1001, 6.0)]
+    counted = [
+        (n, j, w, lt, d)
+        for h in strategy.history
+        for n, j, w, lt, d in zip(
+            h.participants, h.job_ids, h.raw_weights, h.late, h.delays, strict=True
+        )
+    ]
+    first_job = [c for c in counted if c[0] == 1001 and c[1] == late[0].job_id]
+    assert len(first_job) == 1
+    _, _, weight, was_late, delay = first_job[0]
+    assert was_late
+    assert delay == pytest.approx(10.5)
+    assert weight == pytest.approx(100.0 * (1.0 + 10.5) ** -0.5)
+    assert len({(c[0], c[1]) for c in counted}) == len(counted)
+
+
+def test_late_updates_are_rejected_when_accept_late_is_off() -> None:
+    grid = InProcessGrid(ToyEdge(), 4)
+    strategy = EdgeStrategy(
+        threshold=2,
+        clock=virtual(),
+        shares=EQUAL,
+        loop=LoopConfig(deadline=6.0, accept_late=False),
+    )
+    strategy.start(grid, model(0.0), num_rounds=3)
+    assert not [n for h in strategy.history for n in h.participants if n == 1001]
+    assert any(
+        e.kind == "rejected" and e.node_id == 1001 and "deadline" in e.detail
+        for e in strategy.events
+    )
+
+
+def test_staleness_bound_rejects_old_updates() -> None:
+    grid = InProcessGrid(ToyEdge(speeds=[5.0, 50.0, 60.0, 70.0]), 4)
+    strategy = EdgeStrategy(
+        threshold=2, clock=virtual(), shares=EQUAL, loop=LoopConfig(staleness_bound=1)
+    )
+    strategy.start(grid, model(0.0), num_rounds=12)
+    assert max(s for h in strategy.history for s in h.staleness) <= 1
+    assert any(e.kind == "rejected" and "beyond the bound 1" in e.detail for e in strategy.events)
+
+
+def test_wall_clock_orders_by_arrival_and_deadlines_fire_on_the_clock() -> None:
+    clock = ManualClock()
+    delays = {1001: 9.0, 1002: 4.0, 1003: 2.0, 1004: 1.0}
+    grid = InProcessGrid(ToyEdge(), 4, clock=clock, latency=lambda n, m: delays[n])
+    strategy = EdgeStrategy(
+        threshold=2,
+        clock=clock,
+        shares=EQUAL,
+        loop=LoopConfig(deadline=5.0, poll_interval=0.25),
+    )
+    strategy.start(grid, model(0.0), num_rounds=2)
+    first = strategy.history[0]
+    assert first.participants == (1004, 1003, 1002)
+    assert first.delays == pytest.approx((1.0, 2.0, 4.0), abs=0.25)
+    late = [e for e in strategy.events if e.kind == "late"]
+    assert late[0].node_id == 1001
+    assert late[0].time == pytest.approx(5.0, abs=0.25)
+
+
+def test_a_silent_node_is_forgotten_after_the_timeout_and_the_run_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = ManualClock()
+    grid = InProcessGrid(ToyEdge(), 4, clock=clock, latency=lambda n, m: 1.0)
+    grid.silence(1004)
+    strategy = EdgeStrategy(threshold=2, clock=clock, shares=EQUAL)
+    with caplog.at_level("WARNING"):
+        strategy.start(grid, model(0.0), num_rounds=12, timeout=3.0)
+    assert len(strategy.history) == 12
+    assert all(1004 not in h.participants for h in strategy.history)
+    assert "node 1004 sent no reply within 3.0 s: message forgotten" in caplog.text
+    assert "node 1004 dropped for the rest of the run (3 missed messages)" in caplog.text
+    assert len([e for e in strategy.events if e.kind == "forgotten"]) == 3
+
+
+def test_the_run_stops_when_too_few_nodes_are_left() -> None:
+    clock = ManualClock()
+    grid = InProcessGrid(ToyEdge(), 4, clock=clock)
+    strategy = EdgeStrategy(threshold=2, clock=clock, shares=EQUAL)
+    grid.kill(1003)
+    grid.kill(1004)
+    strategy_min = EdgeStrategy(
+        threshold=2, clock=clock, shares=EQUAL, loop=LoopConfig(min_nodes=2)
+    )
+    with pytest.raises(ConfigError, match="threshold K = 2 must be < the number of nodes"):
+        strategy_min.start(grid, model(0.0), num_rounds=3, timeout=10.0)
+    grid.restart(1003)
+    grid.restart(1004)
+    grid.silence(1003)
+    grid.silence(1004)
+    result = strategy.start(grid, model(0.0), num_rounds=3, timeout=10.0)
+    assert strategy.history == []  # only two nodes can answer: the count never passes K = 2
+    assert result.train_metrics_clientapp == {}
+
+
+def test_a_restarted_node_rejoins_with_a_fresh_job() -> None:
+    clock = ManualClock()
+    toy = ToyEdge()
+    grid = InProcessGrid(toy, 4, clock=clock, latency=lambda n, m: 1.0 if n != 1001 else 50.0)
+    strategy = EdgeStrategy(
+        threshold=2, clock=clock, shares=EQUAL, loop=LoopConfig(poll_interval=1.0)
+    )
+
+    real_push = grid.push_messages
+    restarted: list[int] = []
+
+    def push(messages):  # type: ignore[no-untyped-def]
+        ids = real_push(messages)
+        if clock.now() > 5.0 and not restarted:
+            restarted.append(1001)
+            grid.restart(1001)  # loses its queued reply and its state
+        return ids
+
+    grid.push_messages = push  # type: ignore[method-assign]
+    strategy.start(grid, model(0.0), num_rounds=30, timeout=20.0)
+    assert restarted
+    forgotten = [e for e in strategy.events if e.kind == "forgotten" and e.node_id == 1001]
+    assert len(forgotten) == 1
+    later = [
+        e for e in strategy.events if e.kind == "sent" and e.node_id == 1001 and e.time >= 20.0
+    ]
+    assert later
+    assert later[0].job_id > forgotten[0].job_id
