@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from logging import WARNING, getLogger
@@ -241,12 +242,26 @@ def initial_shares(
 
 
 # ---------------------------------------------------------------- formula 8
-def _theil_sen_slope(x: NDArray[np.float64], y: NDArray[np.float64]) -> float:
-    """Median of the slopes of every pair of points with distinct x (Theil-Sen)."""
-    i, j = np.triu_indices(x.size, 1)
-    dx = x[j] - x[i]
+def _theil_sen(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
+    """Theil-Sen line: median of the slopes of all pairs with distinct x; median residual.
+
+    Pure Python for a few points (a node's usual history: no array overhead), numpy beyond.
+    """
+    if len(x) <= 32:
+        slopes = [
+            (y[j] - y[i]) / (x[j] - x[i])
+            for i in range(len(x))
+            for j in range(i + 1, len(x))
+            if x[j] != x[i]
+        ]
+        slope = statistics.median(slopes)
+        return slope, statistics.median([yy - slope * xx for xx, yy in zip(x, y, strict=True)])
+    ax, ay = np.asarray(x), np.asarray(y)
+    i, j = np.triu_indices(ax.size, 1)
+    dx = ax[j] - ax[i]
     keep = dx != 0
-    return float(np.median((y[j] - y[i])[keep] / dx[keep]))
+    slope = float(np.median((ay[j] - ay[i])[keep] / dx[keep]))
+    return slope, float(np.median(ay - slope * ax))
 
 
 def fit_time_model(
@@ -303,10 +318,9 @@ def fit_time_model(
     if len(set(loads)) < min_points:
         reason = f"{len(set(loads))} distinct loads < min_points={min_points}"
     else:
-        x, y = np.asarray(loads[-MAX_POINTS:]), np.asarray(secs[-MAX_POINTS:])
-        slope = _theil_sen_slope(x, y)
+        slope, intercept = _theil_sen(loads[-MAX_POINTS:], secs[-MAX_POINTS:])
         if math.isfinite(slope) and slope > 0:
-            return TimeModel(slope, max(0.0, float(np.median(y - slope * x))))
+            return TimeModel(slope, max(0.0, intercept))
         reason = f"fitted slope {slope:g} is not > 0"
     if prior is None:
         raise InputError(f"observations: cannot fit a time model ({reason}) and no prior given")
