@@ -35,6 +35,7 @@ TINY = ProfilePlan(
     run_budget=1.0,
     disk_shard_samples=(4, 16),
     sample_interval=0.01,
+    max_growth=1.0,
 )
 
 

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
+from flower_edge.profiling import probe as probe_mod
 from flower_edge.profiling import sampler as sampler_mod
 from flower_edge.profiling.probe import measure_workload
 from flower_edge.profiling.sampler import (
@@ -323,3 +324,73 @@ def test_disk_counter_falls_back_when_no_device_was_busy(monkeypatch: pytest.Mon
     _fake_clock(monkeypatch, iter([0.0, 2.0]))
     counter = DiskCounter()
     assert counter.read() == pytest.approx(0.75)  # 0.5 s on CPU in 2 s
+
+
+class ClockedWorkload:
+    """A fake workload on a fake clock: each sample costs ``cost`` seconds."""
+
+    name = "clocked"
+    resource = "cpu"
+
+    def __init__(self, cost: float) -> None:
+        self.cost = cost
+        self.now = 0.0
+        self.calls: list[int] = []
+
+    def prepare(self, samples: int) -> None:
+        pass
+
+    def run(self, samples: int, deadline: float | None = None) -> int:
+        done = 0
+        while done < samples:
+            self.now += self.cost
+            done += 1
+            if deadline is not None and self.now > deadline:
+                break
+        self.calls.append(done)
+        return done
+
+    def close(self) -> None:
+        pass
+
+
+def _clocked(monkeypatch: pytest.MonkeyPatch, cost: float) -> ClockedWorkload:
+    fake = ClockedWorkload(cost)
+    monkeypatch.setattr(probe_mod, "time", SimpleNamespace(perf_counter=lambda: fake.now))
+    return fake
+
+
+def test_measure_shrinks_a_slow_workload_to_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _clocked(monkeypatch, cost=2**-7)  # powers of two: the fake clock adds exactly
+    result = measure_workload(fake, 512, FixedCounter(), 3, run_budget=1.0, min_samples=16)
+    # pilot: 128 samples in 1 s -> 512 would take 4 s > 1 s -> 512 / 4 = 128 samples
+    assert fake.calls == [16, 128, 128, 128, 128]
+    assert result.samples == 128
+    assert result.seconds == 1.0
+    assert result.intensity == 128.0
+
+
+def test_measure_grows_a_fast_workload(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _clocked(monkeypatch, cost=2**-13)
+    result = measure_workload(
+        fake, 512, FixedCounter(), 1, run_budget=1.0, min_samples=16, max_growth=16
+    )
+    # pilot: 128 samples in 1/64 s -> 512 take 1/16 s < 1/4 -> grow 0.5 / (1/16) = 8 times
+    assert fake.calls == [16, 128, 4096]
+    assert result.samples == 4096
+    assert result.seconds == 0.5
+    capped = _clocked(monkeypatch, cost=2**-30)
+    measure_workload(capped, 512, FixedCounter(), 1, run_budget=1.0, min_samples=16, max_growth=16)
+    assert capped.calls[-1] == 512 * 16
+
+
+def test_measure_cuts_runs_at_the_hard_limit_and_stops_repeating(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = _clocked(monkeypatch, cost=1.0)
+    result = measure_workload(fake, 8, FixedCounter(), 3, warmup=False, run_budget=1.0)
+    # each run is cut after the sample that passes 4 s; after two runs (10 s > 2 * 1 * 3 s) the
+    # repeats stop; the report counts the samples done
+    assert fake.calls == [5, 5]
+    assert result.samples == 5
+    assert result.seconds == 5.0

@@ -6,7 +6,9 @@ of a quarter of its samples, then times ``repeats`` runs while a
 repeats and ``U_w`` the sampler's mean over them. When the pilot shows that one run would take
 longer than the plan's ``run_budget``, the capacity shrinks to fit (in whole batches or
 shards): a slow edge device still finishes in bounded time, and ``E = Capacity / Time`` stays
-comparable across nodes. Repeats stop early once they took twice their budget (a host loaded
+comparable across nodes; when it would take less than a quarter of the budget, the capacity
+grows (at most ``max_growth`` times) towards half the budget, so fast devices are timed
+over a meaningful interval. Repeats stop early once they took twice their budget (a host loaded
 by others).
 
 The disk workloads write into a fresh temporary folder under ``disk_dir``; it is created
@@ -103,6 +105,9 @@ class ProfilePlan:
         Samples per shard of ``disk-small`` and ``disk-large``.
     sample_interval : float (default: 0.02)
         Seconds between utilisation readings.
+    max_growth : float (default: 16.0)
+        Largest factor by which a fast device's capacities grow towards half ``run_budget``
+        (see :func:`measure_workload`); 1 keeps the plan's capacities as the ceiling.
     """
 
     cpu_samples: tuple[int, int]
@@ -114,6 +119,7 @@ class ProfilePlan:
     run_budget: float
     disk_shard_samples: tuple[int, int] = (16, 256)
     sample_interval: float = 0.02
+    max_growth: float = 16.0
 
     def __post_init__(self) -> None:
         for name in ("cpu_samples", "gpu_samples", "memory_samples", "disk_samples"):
@@ -128,6 +134,8 @@ class ProfilePlan:
             raise ConfigError(f"repeats must be in [1, {_MAX_REPEATS}], got {self.repeats}")
         if not self.run_budget > 0 or not self.sample_interval > 0:
             raise ConfigError("run_budget and sample_interval must be > 0 seconds")
+        if not 1.0 <= self.max_growth <= 1024.0:
+            raise ConfigError(f"max_growth must be in [1, 1024], got {self.max_growth}")
 
 
 #: the sizes of each mode (quick: a client's first contact, <= 3 s; full: <= 15 s on 2 cores)
@@ -196,6 +204,7 @@ def measure_workload(
     run_budget: float | None = None,
     min_samples: int = 1,
     interval: float = 0.02,
+    max_growth: float = 1.0,
 ) -> WorkloadResult:
     """Time one workload and sample its resource's utilisation.
 
@@ -221,6 +230,10 @@ def measure_workload(
         Floor and step of the shrinking (a batch or a shard), so that batches keep their shape.
     interval : float (default: 0.02)
         Seconds between utilisation readings.
+    max_growth : float (default: 1.0)
+        When the pilot projects less than a quarter of ``run_budget``, grow ``samples`` by up
+        to this factor towards half the budget: short runs time poorly and NVML's sample
+        period (up to 1 s) needs a GPU busy for a while. 1 never grows.
 
     Returns
     -------
@@ -243,6 +256,9 @@ def measure_workload(
             if run_budget is not None and projected > run_budget:
                 shrunk = int(samples * run_budget / projected) // floor * floor
                 samples = max(floor, shrunk)
+            elif run_budget is not None and projected < run_budget / 4 and max_growth > 1:
+                factor = min(max_growth, run_budget / 2 / max(projected, 1e-9))
+                samples = max(samples, int(samples * factor) // floor * floor)
         total_limit = None if run_budget is None else 2.0 * run_budget * repeats
         runs: list[tuple[int, float]] = []  # (samples processed, seconds)
         sampler.start()
@@ -439,6 +455,7 @@ class HostProbe:
                 run_budget=plan.run_budget,
                 min_samples=floor,
                 interval=plan.sample_interval,
+                max_growth=plan.max_growth,
             )
             step += 1
             return result
