@@ -7,6 +7,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from flower_edge.aggregation import WeightedSum, weighted_average
 from flower_edge.errors import InputError
@@ -225,3 +227,22 @@ def test_first_order_ignores_integer_layers_and_rejects_bad_inputs() -> None:
         first_order_contributions([np.ones(3), np.zeros(())], total)
     with pytest.raises(InputError, match=r"gradient\[0\] must be a float numpy array, got int64"):
         first_order_contributions([np.ones(2, dtype=np.int64), np.zeros(())], total)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    contributions=st.lists(
+        st.floats(min_value=-1.0, max_value=1.0, allow_nan=False), min_size=1, max_size=20
+    )
+)
+def test_value_rule_against_a_plain_python_reference(contributions: list[float]) -> None:
+    positive = [max(c, 0.0) for c in contributions]
+    total = math.fsum(positive)
+    if total > 0.0:
+        want = [p / total for p in positive]
+    else:
+        want = [1.0 / len(contributions)] * len(contributions)
+    values = values_from_contributions(contributions)
+    np.testing.assert_allclose(values, want, rtol=1e-12, atol=0.0)
+    assert (values >= 0.0).all()
+    assert math.fsum(values.tolist()) == pytest.approx(1.0, abs=1e-12)
