@@ -61,7 +61,7 @@ import copy
 import math
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from logging import DEBUG, INFO, getLogger
 from typing import Any, Literal, get_args
 
@@ -146,6 +146,8 @@ class ModelProfile:
         ``p_m = 1 - p_c``.
     unmodelled : tuple of str
         Ops that had no cost formula and got the fallback (1 FLOP per output element).
+    includes_backward : bool
+        Whether the step included the loss and the backward pass.
     """
 
     operators: tuple[OperatorCost, ...]
@@ -153,6 +155,7 @@ class ModelProfile:
     compute_share: float
     memory_share: float
     unmodelled: tuple[str, ...] = field(default=())
+    includes_backward: bool = True
 
     @property
     def total_flops(self) -> float:
@@ -576,7 +579,9 @@ def analyze_model(
             RuntimeWarning,
             stacklevel=2,
         )
-    return _profile(recorder.calls, share, tuple(recorder.unmodelled))
+    profile = _profile(recorder.calls, share, tuple(recorder.unmodelled))
+    backward_ran = any(name.startswith("bwd/") for name, _, _, _ in recorder.calls)
+    return replace(profile, includes_backward=backward_ran)
 
 
 def _profile(

@@ -161,6 +161,8 @@ def test_model_left_untouched() -> None:
 def test_backward_false_is_forward_only() -> None:
     profile = analyze_model(build_model("mlp"), torch.zeros(4, 64), backward=False)
     assert all(o.name.startswith("fwd/") for o in profile.operators)
+    assert not profile.includes_backward
+    assert analyze_model(build_model("mlp"), torch.zeros(4, 64)).includes_backward
     assert not any("(loss)" in o.name for o in profile.operators)
 
 
