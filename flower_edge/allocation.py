@@ -355,9 +355,9 @@ def _seed_step(
 ) -> int:
     """Return the samples to move from the slowest node s to the fastest g (0: none helps).
 
-    ``delta = (T_s - T_g) / (k_s + k_g)`` rounded to whichever neighbouring integer leaves the
-    smaller gap ``|T_g' - T_s'|`` (seed formula 9), within ``[1, min(f_s, room_g)]``; kept
-    only when both nodes then finish before ``T_s``.
+    ``delta = (T_s - T_g) / (k_s + k_g)`` (seed formula 9) rounded down or up, within
+    ``[1, min(f_s, room_g)]``: of the two, the one with the smaller gap ``|T_g' - T_s'|``
+    among those after which both nodes finish before ``T_s``.
     """
     delta = (t_s - t_g) / (s.k + g.k)
     if delta <= 0:
@@ -366,14 +366,14 @@ def _seed_step(
     best: tuple[float, int] | None = None
     for raw in {math.floor(delta), math.ceil(delta)}:
         step = int(min(max(raw, 1), limit))
-        gap = abs(g.predict(f_g + step) - s.predict(f_s - step))
+        new_s = s.predict(f_s - step) if f_s > step else 0.0
+        new_g = g.predict(f_g + step)
+        if max(new_s, new_g) >= t_s:  # this transfer does not shorten the pair's finish
+            continue
+        gap = abs(new_g - s.predict(f_s - step))
         if best is None or (gap, step) < best:
             best = (gap, step)
-    if best is None:
-        return 0
-    step = best[1]
-    new_s = s.predict(f_s - step) if f_s > step else 0.0
-    return step if max(new_s, g.predict(f_g + step)) < t_s else 0
+    return 0 if best is None else best[1]
 
 
 class _Heaps:
