@@ -389,8 +389,13 @@ def test_measure_cuts_runs_at_the_hard_limit_and_stops_repeating(
 ) -> None:
     fake = _clocked(monkeypatch, cost=1.0)
     result = measure_workload(fake, 8, FixedCounter(), 3, warmup=False, run_budget=1.0)
-    # each run is cut after the sample that passes 4 s; after two runs (10 s > 2 * 1 * 3 s) the
-    # repeats stop; the report counts the samples done
-    assert fake.calls == [5, 5]
-    assert result.samples == 5
-    assert result.seconds == 5.0
+    # each run is cut after the sample that passes 2 s; after two runs (6 s > 1.5 * 1 * 3 s)
+    # the repeats stop; the report counts the samples done
+    assert fake.calls == [3, 3]
+    assert result.samples == 3
+    assert result.seconds == 3.0
+    slow = _clocked(monkeypatch, cost=0.5)
+    measure_workload(slow, 16, FixedCounter(), 1, run_budget=1.0, min_samples=1)
+    # warm-up 1; pilot of 4 cut after the sample that passes 1 s (3 samples, 1.5 s, so 16
+    # project to 8 s); the timed run shrinks to 16 / 8 = 2 samples
+    assert slow.calls == [1, 3, 2]

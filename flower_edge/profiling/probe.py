@@ -8,8 +8,8 @@ longer than the plan's ``run_budget``, the capacity shrinks to fit (in whole bat
 shards): a slow edge device still finishes in bounded time, and ``E = Capacity / Time`` stays
 comparable across nodes; when it would take less than a quarter of the budget, the capacity
 grows (at most ``max_growth`` times) towards half the budget, so fast devices are timed
-over a meaningful interval. Repeats stop early once they took twice their budget (a host loaded
-by others).
+over a meaningful interval. On a host loaded by others, runs are cut and repeats stop early
+so that the profile's time stays bounded (see :func:`measure_workload`).
 
 The disk workloads write into a fresh temporary folder under ``disk_dir``; it is created
 before any workload runs (so an unwritable folder fails at once) and removed afterwards, also
@@ -77,7 +77,9 @@ TEMP_PREFIX: Final = "flower-edge-profile-"
 ProgressFn = Callable[[str, float], None]
 _MAX_REPEATS: Final = 100
 #: a timed run stops after the batch in progress once it took this many run budgets
-_HARD_LIMIT: Final = 4.0
+_HARD_LIMIT: Final = 2.0
+#: repeats stop once they took this many run budgets per repeat
+_TOTAL_LIMIT: Final = 1.5
 
 
 @dataclass(frozen=True)
@@ -153,7 +155,7 @@ PLANS: dict[str, ProfilePlan] = {
         cpu_samples=(4096, 1024),
         gpu_samples=(65536, 16384),
         memory_samples=(65536, 65536),
-        memory_buffer_bytes=256 << 20,
+        memory_buffer_bytes=128 << 20,
         disk_samples=(2048, 8192),
         repeats=3,
         run_budget=0.4,
@@ -222,10 +224,11 @@ def measure_workload(
         First run ``min_samples`` samples (lazy initialisation), then a pilot of a quarter of
         the samples, both untimed.
     run_budget : float | None (default: None)
-        Shrink ``samples`` so that a run takes about this many seconds, judged by the pilot;
-        cut a run short (after its batch in progress) past ``4 * run_budget`` seconds, and
-        stop repeating once the timed runs took ``2 * run_budget * repeats`` seconds. A cut
-        run counts the samples it did; the run of median intensity is then reported.
+        Shrink ``samples`` so that a run takes about this many seconds, judged by the pilot
+        (itself cut after ``run_budget`` seconds); cut a timed run short (after its batch in
+        progress) past ``2 * run_budget`` seconds, and stop repeating once the timed runs
+        took ``1.5 * run_budget * repeats`` seconds. A cut run counts the samples it did; the
+        run of median intensity is then reported.
     min_samples : int (default: 1)
         Floor and step of the shrinking (a batch or a shard), so that batches keep their shape.
     interval : float (default: 0.02)
@@ -250,7 +253,7 @@ def measure_workload(
             workload.run(floor)  # lazy initialisation: allocator, kernels, file system
             pilot = max(floor, samples // 4)
             start = time.perf_counter()
-            cutoff = None if run_budget is None else start + _HARD_LIMIT * run_budget
+            cutoff = None if run_budget is None else start + run_budget
             piloted = workload.run(pilot, cutoff)
             projected = (time.perf_counter() - start) * samples / piloted
             if run_budget is not None and projected > run_budget:
@@ -259,7 +262,7 @@ def measure_workload(
             elif run_budget is not None and projected < run_budget / 4 and max_growth > 1:
                 factor = min(max_growth, run_budget / 2 / max(projected, 1e-9))
                 samples = max(samples, int(samples * factor) // floor * floor)
-        total_limit = None if run_budget is None else 2.0 * run_budget * repeats
+        total_limit = None if run_budget is None else _TOTAL_LIMIT * run_budget * repeats
         runs: list[tuple[int, float]] = []  # (samples processed, seconds)
         sampler.start()
         began = time.perf_counter()
@@ -471,7 +474,7 @@ class HostProbe:
         out["gpu"] = self._gpu(plan, gpu, run)
         buffer = self._memory_buffer(plan)
         self._tell("memory-peak", step, total)
-        counter = MemoryCounter(peak_copy_bandwidth(buffer))
+        counter = MemoryCounter(peak_copy_bandwidth(buffer, repeats=2))
         floor = max(1, buffer // (4 << 20))
         out["memory"] = ResourceReport.from_workloads(
             [
