@@ -1,0 +1,150 @@
+"""Convergence criteria, valuation modes, logging and the synchronous Strategy methods."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
+from test_strategy_toys import ToyEdge, accuracy_fn, as_numpy, model
+
+from flower_edge import wire
+from strategies import (
+    EdgeStrategy,
+    InProcessGrid,
+    LoopConfig,
+    ManualClock,
+    ShareConfig,
+    StopConfig,
+    ValuationConfig,
+    VirtualClock,
+)
+
+EQUAL = ShareConfig(profile=False, total_samples=400, rebalance="off")
+
+
+def _edge(**options: object) -> EdgeStrategy:
+    options.setdefault("shares", EQUAL)
+    return EdgeStrategy(threshold=2, clock=VirtualClock(wall=ManualClock()), **options)  # type: ignore[arg-type]
+
+
+def test_stops_when_the_target_metric_is_reached() -> None:
+    strategy = _edge(stop=StopConfig(target=0.5))
+    result = strategy.start(
+        InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=50, evaluate_fn=accuracy_fn()
+    )
+    accuracies = [h.metrics["accuracy"] for h in strategy.history]
+    assert accuracies[-1] >= 0.5
+    assert all(a < 0.5 for a in accuracies[:-1])
+    assert len(strategy.history) < 50
+    assert max(result.evaluate_metrics_serverapp) == len(strategy.history)
+
+
+def test_stops_on_a_plateau_of_the_metric() -> None:
+    def flat(_: int, arrays: ArrayRecord) -> MetricRecord:
+        return MetricRecord({"accuracy": 0.5})
+
+    strategy = _edge(stop=StopConfig(patience=2, min_delta=0.01))
+    strategy.start(InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=50, evaluate_fn=flat)
+    # round 1 sets the best; rounds 2 and 3 do not improve it by more than 0.01
+    assert len(strategy.history) == 3
+
+
+def test_a_loss_metric_counts_lower_as_better() -> None:
+    strategy = _edge(
+        valuation=ValuationConfig(metric_key="loss", higher_is_better=False),
+        stop=StopConfig(target=1.0),
+    )
+    strategy.start(
+        InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=50, evaluate_fn=accuracy_fn()
+    )
+    losses = [h.metrics["loss"] for h in strategy.history]
+    assert losses[-1] <= 1.0
+    assert all(loss > 1.0 for loss in losses[:-1])
+    record = strategy.history[0]
+    assert sum(record.values) == pytest.approx(1.0)
+
+
+def test_stops_at_the_time_budget_of_the_clock() -> None:
+    strategy = _edge(loop=LoopConfig(time_budget=12.0))
+    strategy.start(InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=100)
+    assert strategy.history
+    assert strategy.history[-1].time < 12.0 + 10.5
+    assert len(strategy.history) < 100
+
+
+def test_first_order_valuation_uses_one_gradient() -> None:
+    calls: list[int] = []
+
+    def gradient(arrays: ArrayRecord) -> list[np.ndarray]:
+        calls.append(1)
+        w = arrays["w"].numpy().astype(np.float64)
+        # loss = mean((w - 2)^2) / 2 -> gradient (w - 2) / 3
+        return [(w - 2.0) / 3.0, np.zeros(1)]
+
+    strategy = _edge(valuation=ValuationConfig(mode="first-order", gradient_fn=gradient))
+    strategy.start(InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=2, evaluate_fn=accuracy_fn())
+    assert len(calls) == 2
+    for record in strategy.history:
+        assert sum(record.values) == pytest.approx(1.0)
+        assert any(c != 0.0 for c in record.contributions)
+
+
+def test_valuation_off_gives_equal_values_without_extra_evaluations() -> None:
+    calls: list[int] = []
+    evaluate = accuracy_fn()
+
+    def counting(rnd: int, arrays: ArrayRecord) -> MetricRecord:
+        calls.append(rnd)
+        return evaluate(rnd, arrays)
+
+    strategy = _edge(valuation=ValuationConfig(mode="off"))
+    strategy.start(InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=2, evaluate_fn=counting)
+    assert calls == [0, 1, 2]
+    assert strategy.history[0].values == pytest.approx((1 / 3, 1 / 3, 1 / 3))
+
+
+def test_exact_leave_one_out_evaluates_each_participant_once() -> None:
+    calls: list[int] = []
+    evaluate = accuracy_fn()
+
+    def counting(rnd: int, arrays: ArrayRecord) -> MetricRecord:
+        calls.append(rnd)
+        return evaluate(rnd, arrays)
+
+    strategy = _edge()
+    strategy.start(InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=1, evaluate_fn=counting)
+    assert calls == [0, 1, 1, 1, 1]  # initial, new global, then one without each of 3
+
+
+def test_summary_and_one_log_line_per_aggregation(caplog: pytest.LogCaptureFixture) -> None:
+    strategy = _edge()
+    with caplog.at_level("INFO"):
+        strategy.start(
+            InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=2, evaluate_fn=accuracy_fn()
+        )
+    assert "aggregates when buffered updates > K = 2" in caplog.text
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("[edge round")]
+    assert len(lines) == 2
+    assert "participants=[1004, 1003, 1002]" in lines[0]
+    assert "staleness=" in lines[0]
+    assert "values=" in lines[0]
+
+
+def test_synchronous_strategy_methods_work_for_flowers_own_loop() -> None:
+    grid = InProcessGrid(ToyEdge(), 2)
+    strategy = _edge()
+
+    cfg = ConfigRecord(
+        {wire.JOB_ID: 1, wire.GLOBAL_VERSION: 0, wire.SLICE_BUDGET: 0.0, wire.SAMPLE_SHARE: 10}
+    )
+    messages = list(strategy.configure_train(1, model(0.0), cfg, grid))
+    assert [m.metadata.dst_node_id for m in messages] == [1001, 1002]
+    got = grid.send_and_receive(messages)
+    arrays, metrics = strategy.aggregate_train(1, got)
+    assert arrays is not None
+    assert metrics is not None
+    assert metrics["participants"] == 2
+    # both trained 10 samples towards 1 and 2: mean of 0.5 * 1 and 0.5 * 2
+    np.testing.assert_allclose(as_numpy(arrays)[0], np.full(3, 0.75, np.float32))
+    assert list(strategy.configure_evaluate(1, model(0.0), cfg, grid)) == []
+    assert strategy.aggregate_evaluate(1, []) is None
