@@ -36,6 +36,7 @@ reports :data:`~flower_edge.wire.VIRTUAL_SECONDS` from ``timer.slice_seconds``.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -60,6 +61,7 @@ from flwr.common.logger import log
 from torch import nn
 from torch.utils.data import Dataset
 
+from clients.arrays import record_to_state_dict, state_dict_to_record
 from clients.messages import TrainRequest, parse_arrays, parse_profile, parse_train
 from clients.settings import ClientSettings
 from clients.state import (
@@ -158,16 +160,17 @@ def _error_reply(msg: Message, exc: Exception) -> Message:
 
 
 def _load_arrays(model: nn.Module, arrays: ArrayRecord, what: str) -> None:
-    """Load ``arrays`` into ``model`` after checking names and shapes (InputError if unfit)."""
+    """Load ``arrays`` into ``model`` after checking names and shapes (InputError if unfit).
+
+    Arrays named ``"0"``, ``"1"``, ... (``ArrayRecord(list_of_ndarrays)``) are matched to the
+    model's ``state_dict`` by position.
+    """
     expected = model.state_dict()
     keys = list(arrays.keys())
-    if set(keys) != set(expected):
-        positional = [str(i) for i in range(len(keys))]
-        if keys == positional and len(keys) == len(expected):  # ArrayRecord(list of ndarrays)
-            arrays = ArrayRecord(
-                {name: arrays[str(i)] for i, name in enumerate(expected)}  # type: ignore[arg-type]
-            )
-        else:
+    if keys != list(expected):
+        if keys == [str(i) for i in range(len(expected))]:
+            arrays = ArrayRecord({name: arrays[str(i)] for i, name in enumerate(expected)})
+        elif set(keys) != set(expected):
             missing = sorted(set(expected) - set(keys))[:5]
             extra = sorted(set(keys) - set(expected))[:5]
             raise InputError(
@@ -180,11 +183,11 @@ def _load_arrays(model: nn.Module, arrays: ArrayRecord, what: str) -> None:
                 f"{what} do not fit the local model: {name!r} has shape {list(shape)}, "
                 f"the model expects {list(tensor.shape)}"
             )
-    model.load_state_dict(arrays.to_torch_state_dict(), strict=True)
+    model.load_state_dict(record_to_state_dict(arrays), strict=True)
 
 
 def _arrays_of(model: nn.Module) -> ArrayRecord:
-    return ArrayRecord({k: v.detach().cpu() for k, v in model.state_dict().items()})
+    return state_dict_to_record(model.state_dict())
 
 
 # ---------------------------------------------------------------- one training job
@@ -215,6 +218,7 @@ class _Builder:
         self.probe_fn = probe_fn or _default_probe
         self.availability_fn = availability_fn
         self._data: OrderedDict[tuple[int, int], tuple[Dataset[Any], Dataset[Any]]] = OrderedDict()
+        self._local = threading.local()
 
     # ------------------------------------------------------------ helpers
 
@@ -231,7 +235,12 @@ class _Builder:
         return loaded
 
     def new_model(self) -> nn.Module:
-        return self.task.model_fn().to(self.task.torch_device())
+        """Return this thread's model instance (weights are always overwritten before use)."""
+        model: nn.Module | None = getattr(self._local, "model", None)
+        if model is None:
+            model = self.task.model_fn().to(self.task.torch_device())
+            self._local.model = model
+        return model
 
     def new_optimizer(self, model: nn.Module, s: ClientSettings) -> torch.optim.Optimizer:
         t = self.task

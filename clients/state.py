@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from logging import WARNING
 from typing import Any, Final
 
-import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from flwr.common.logger import log
+
+from clients.arrays import decode_array, encode_array
 
 __all__ = [
     "GLOBAL_KEY",
@@ -270,13 +271,13 @@ def optimizer_to_records(
         for name, value in entries.items():
             key = f"{pid}/{name}"
             if isinstance(value, torch.Tensor):
-                arrays[key] = Array(value.detach().cpu().numpy().copy())
+                arrays[key] = encode_array(value.detach().cpu().numpy())
             elif isinstance(value, int | float) and not isinstance(value, bool):
                 scalars[key] = value
             else:
                 raise TypeError(f"optimizer state {key!r} of type {type(value).__name__}")
     if rng_state is not None:
-        arrays[_RNG] = Array(rng_state.numpy().copy())
+        arrays[_RNG] = encode_array(rng_state.numpy())
     return arrays, scalars
 
 
@@ -293,7 +294,9 @@ def optimizer_from_records(
     per_param: dict[int, dict[str, Any]] = {}
     rng: torch.Tensor | None = None
     n_params = sum(len(g["params"]) for g in optimizer.param_groups)
-    items: list[tuple[str, Any]] = [(k, torch.from_numpy(a.numpy())) for k, a in arrays.items()]
+    items: list[tuple[str, Any]] = [
+        (k, torch.from_numpy(decode_array(a))) for k, a in arrays.items()
+    ]
     items += list(scalars.items())
     for key, value in items:
         if key == _RNG:
@@ -307,8 +310,3 @@ def optimizer_from_records(
     state_dict["state"] = per_param
     optimizer.load_state_dict(state_dict)
     return rng
-
-
-def array_record_of(arrays: dict[str, np.ndarray[Any, Any]]) -> ArrayRecord:
-    """Return an ArrayRecord of named numpy arrays."""
-    return ArrayRecord({k: Array(v) for k, v in arrays.items()})

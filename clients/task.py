@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-import numpy as np
 import torch
 from flwr.app import Context
 from torch import nn
@@ -54,7 +53,8 @@ class Task:
     Parameters
     ----------
     model_fn : Callable[[], nn.Module]
-        Returns a fresh classification model (logits out). Called once per message.
+        Returns a classification model (logits out). The ClientApp builds one instance per
+        process and thread and overwrites all of its weights and buffers before every use.
     load_data : Callable[[Context], tuple[Dataset, Dataset]]
         Returns this node's ``(train, test)`` data sets; items are ``(features, label)``.
         Called at most once per node and process (the result is cached by the ClientApp).
@@ -266,14 +266,29 @@ def train_slice(
     trained_batches = 0
     if n == 0:
         share = position  # nothing to sample from: the job ends with what it has
+    orders: dict[int, torch.Tensor] = {}  # epoch -> permutation, built once per slice
+
+    def indices(start: int, count: int) -> torch.Tensor:
+        parts = []
+        while count > 0:
+            epoch, offset = divmod(start, n)
+            if epoch not in orders:
+                orders.clear()
+                orders[epoch] = _epoch_order(key, epoch, n)
+            take = min(n - offset, count)
+            parts.append(orders[epoch][offset : offset + take])
+            start, count = start + take, count - take
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+    move = device is not None and device.type != "cpu"
     while pos < share:
         size = min(batch_size, share - pos)
         if left is not None and size > left:
             break
         if deadline is not None and trained_batches > 0 and time.perf_counter() >= deadline:
             break
-        x, y = _batch(data, stream_indices(key, pos, size, n))
-        if device is not None:
+        x, y = _batch(data, indices(pos, size))
+        if move:
             x, y = x.to(device), y.to(device)
         optimizer.zero_grad()
         loss = loss_fn(model(x), y)
@@ -327,8 +342,3 @@ def evaluate_model(
         loss_sum += float(loss_fn(logits, y)) * len(idx)
         correct += int((logits.argmax(dim=1) == y).sum())
     return EvalResult(n, loss_sum / n, correct / n)
-
-
-def state_dict_arrays(model: nn.Module) -> dict[str, np.ndarray[Any, Any]]:
-    """Return the model's ``state_dict`` as numpy arrays on the CPU (copies)."""
-    return {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
