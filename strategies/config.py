@@ -14,7 +14,7 @@ from typing import Any, Literal, get_args
 
 import numpy as np
 import numpy.typing as npt
-from flwr.app import ArrayRecord
+from flwr.app import ArrayRecord, MetricRecord
 
 from flower_edge.errors import ConfigError
 
@@ -41,6 +41,7 @@ ProfileMode = Literal["quick", "full"]
 PROFILE_MODES: tuple[str, ...] = get_args(ProfileMode)
 
 GradientFn = Callable[[ArrayRecord], Sequence[npt.NDArray[Any]]]
+EvaluateManyFn = Callable[[int, list[ArrayRecord]], Sequence[MetricRecord | None]]
 
 
 def _positive(
@@ -229,12 +230,17 @@ class ValuationConfig:
     gradient_fn : callable, optional
         ``gradient_fn(arrays) -> list of arrays``: gradient of the test loss at ``arrays``
         (``"first-order"`` only).
+    evaluate_many_fn : callable, optional
+        ``evaluate_many_fn(round, [arrays, ...]) -> [MetricRecord, ...]``: evaluates the K
+        leave-one-out models in one call (``"loo"`` only), e.g. one pass over the test set
+        with the models stacked, instead of K calls of ``evaluate_fn``.
     """
 
     mode: ValuationMode = "loo"
     metric_key: str = "accuracy"
     higher_is_better: bool = True
     gradient_fn: GradientFn | None = None
+    evaluate_many_fn: EvaluateManyFn | None = None
 
     def __post_init__(self) -> None:
         _choice("valuation mode", self.mode, VALUATION_MODES)

@@ -1132,12 +1132,7 @@ class _Run:  # the state of one start() call
                 return contributions.tolist(), values_from_contributions(
                     contributions.tolist()
                 ).tolist()
-            without: list[float] = []
-            for key, arrays in total.means_without():
-                metric = self._metric(self._evaluate(rnd, arrays))
-                if metric is None:
-                    raise InputError(f"evaluate_fn gave no {cfg.metric_key!r} without {key}")
-                without.append(metric)
+            without = self._metrics_without(rnd, total)
             contrib, vals = leave_one_out_values(
                 full, without, higher_is_better=cfg.higher_is_better
             )
@@ -1145,6 +1140,25 @@ class _Run:  # the state of one start() call
         except (InputError, FlowerEdgeError) as exc:
             log(WARNING, "%s round %d: valuation failed (%s): equal values", self.s.name, rnd, exc)
             return equal
+
+    def _metrics_without(self, rnd: int, total: WeightedSum) -> list[float]:
+        many = self.s.valuation.evaluate_many_fn
+        if many is not None:
+            records = [_to_record(self.keys, arrays) for _, arrays in total.means_without()]
+            results = list(many(rnd, records))
+            if len(results) != len(records):
+                raise InputError(
+                    f"evaluate_many_fn returned {len(results)} results for {len(records)} models"
+                )
+        else:
+            results = [self._evaluate(rnd, arrays) for _, arrays in total.means_without()]
+        without: list[float] = []
+        for key, metrics in zip(total.keys, results, strict=True):
+            metric = self._metric(metrics)
+            if metric is None:
+                raise InputError(f"no {self.s.valuation.metric_key!r} for the model without {key}")
+            without.append(metric)
+        return without
 
     def _check_convergence(self, metrics: MetricRecord | None) -> None:
         metric = self._metric(metrics)

@@ -148,3 +148,32 @@ def test_synchronous_strategy_methods_work_for_flowers_own_loop() -> None:
     np.testing.assert_allclose(as_numpy(arrays)[0], np.full(3, 0.75, np.float32))
     assert list(strategy.configure_evaluate(1, model(0.0), cfg, grid)) == []
     assert strategy.aggregate_evaluate(1, []) is None
+
+
+def test_batched_leave_one_out_matches_one_call_per_model() -> None:
+    evaluate = accuracy_fn()
+    batches: list[int] = []
+
+    def many(rnd: int, records: list[ArrayRecord]) -> list[MetricRecord]:
+        batches.append(len(records))
+        return [evaluate(rnd, r) for r in records]
+
+    plain = _edge()
+    plain.start(InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=2, evaluate_fn=evaluate)
+    batched = _edge(valuation=ValuationConfig(evaluate_many_fn=many))
+    batched.start(InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=2, evaluate_fn=evaluate)
+    assert batches == [3, 3]
+    assert [h.values for h in batched.history] == [h.values for h in plain.history]
+
+
+def test_a_failing_valuation_falls_back_to_equal_values(caplog: pytest.LogCaptureFixture) -> None:
+    def short(rnd: int, records: list[ArrayRecord]) -> list[MetricRecord]:
+        return []
+
+    strategy = _edge(valuation=ValuationConfig(evaluate_many_fn=short))
+    with caplog.at_level("WARNING"):
+        strategy.start(
+            InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=1, evaluate_fn=accuracy_fn()
+        )
+    assert strategy.history[0].values == pytest.approx((1 / 3, 1 / 3, 1 / 3))
+    assert "evaluate_many_fn returned 0 results for 3 models" in caplog.text
