@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -178,7 +179,27 @@ def test_remove_tree_removes_nested_folders(tmp_path: Path) -> None:
     (tmp_path / "a" / "b" / "f").write_text("x")
     probe_mod.remove_tree(tmp_path / "a")
     assert list(tmp_path.iterdir()) == []
-    assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == set()  # nothing left blocked
+
+
+def test_ctrl_c_during_removal_waits_until_the_folder_is_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "t"
+    for i in range(20):
+        (folder / str(i)).mkdir(parents=True)
+        (folder / str(i) / "f").write_text("x")
+    real = shutil.rmtree
+    before = signal.getsignal(signal.SIGINT)
+
+    def interrupted_rmtree(path: Path, ignore_errors: bool = False) -> None:
+        os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C, in the middle of the removal
+        real(path, ignore_errors=ignore_errors)
+
+    monkeypatch.setattr(shutil, "rmtree", interrupted_rmtree)
+    with pytest.raises(KeyboardInterrupt):
+        probe_mod.remove_tree(folder)
+    assert list(tmp_path.iterdir()) == []
+    assert signal.getsignal(signal.SIGINT) == before
 
 
 # ---------------------------------------------------------------- GPU detection

@@ -13,7 +13,8 @@ so that the profile's time stays bounded (see :func:`measure_workload`).
 
 The disk workloads write into a fresh temporary folder under ``disk_dir``; it is created
 before any workload runs (so an unwritable folder fails at once) and removed afterwards, also
-on an exception or Ctrl-C, with SIGINT/SIGTERM blocked while it is removed.
+on an exception or Ctrl-C; SIGINT/SIGTERM arriving while it is removed are held back until
+it is gone (:func:`remove_tree`).
 
 ``elapsed_seconds`` counts from the first workload-related step (GPU detection) to the last
 workload; importing torch, which a client has done long before, is not part of it.
@@ -32,8 +33,9 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from logging import WARNING, getLogger
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import psutil
 
@@ -70,6 +72,8 @@ __all__ = [
     "profile_host",
     "remove_tree",
 ]
+
+logger = getLogger(__name__)
 
 #: prefix of the temporary folder the disk workloads write into
 TEMP_PREFIX: Final = "flower-edge-profile-"
@@ -292,17 +296,28 @@ def _median_run(runs: list[tuple[int, float]]) -> tuple[int, float]:
 
 
 def remove_tree(path: str | Path) -> None:
-    """Remove a folder tree with SIGINT and SIGTERM blocked, so Ctrl-C cannot cut it short."""
-    mask = getattr(signal, "pthread_sigmask", None)
-    blocked = {signal.SIGINT, signal.SIGTERM}
-    if mask is None or threading.current_thread() is not threading.main_thread():
-        shutil.rmtree(path, ignore_errors=True)
-        return
-    old = mask(signal.SIG_BLOCK, blocked)
+    """Remove a folder tree so that Ctrl-C or SIGTERM cannot cut the removal short.
+
+    In the main thread, SIGINT and SIGTERM arriving during the removal are held back and
+    re-raised once it is done (so the interrupt still happens, after the cleanup).
+    """
+    held: list[int] = []
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                previous[sig] = signal.signal(sig, lambda signum, _frame: held.append(signum))
+            except (ValueError, OSError):  # pragma: no cover - platform dependent
+                continue
     try:
         shutil.rmtree(path, ignore_errors=True)
     finally:
-        mask(signal.SIG_SETMASK, old)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if os.path.lexists(path):
+        logger.log(WARNING, "could not remove the profiling folder %s; remove it by hand", path)
+    if held:
+        signal.raise_signal(held[0])
 
 
 @contextmanager
