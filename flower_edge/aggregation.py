@@ -279,7 +279,7 @@ class WeightedSum:
             raise InputError("cannot average: no update was added")
         denominator = self._relative_total(exclude=None)
         return [
-            _cast_like(total / denominator, ref)
+            _combine(total, None, 0.0, denominator, ref, self._scratch)
             for total, ref in zip(self._sum, self._reference, strict=True)
         ]
 
@@ -314,10 +314,7 @@ class WeightedSum:
             return self._resum_without(key)
         out = []
         for total, array, ref in zip(self._sum, self._updates[key], self._reference, strict=True):
-            numerator = total.copy()
-            _axpy(numerator, -relative, array, self._scratch)
-            numerator /= others
-            out.append(_cast_like(numerator, ref))
+            out.append(_combine(total, array, relative, others, ref, self._scratch))
         return out
 
     def means_without(self) -> Iterator[tuple[Hashable, list[Array]]]:
@@ -390,6 +387,41 @@ def _axpy(
         block[...] = flat[start:stop]
         block *= weight
         flat_total[start:stop] += block
+
+
+def _combine(
+    total: npt.NDArray[np.float64],
+    array: Array | None,
+    weight: float,
+    denominator: float,
+    ref: Array,
+    scratch: npt.NDArray[np.float64],
+) -> Array:
+    """Return ``(total - weight * array) / denominator`` cast to ``ref``'s dtype.
+
+    Without an array: ``total / denominator``. Non-float dtypes are rounded half to even.
+    Block by block through ``scratch``, as :func:`_axpy`: the float64 intermediate never
+    exists at model size; the only allocation is the result.
+    """
+    out = np.empty(ref.shape, dtype=ref.dtype)
+    flat_out = out.reshape(-1)
+    flat_total = total.reshape(-1)
+    flat = None if array is None else array.reshape(-1)
+    rounding = ref.dtype.kind != "f"
+    for start in range(0, flat_total.size, _BLOCK):
+        stop = min(start + _BLOCK, flat_total.size)
+        block = scratch[: stop - start]
+        if flat is None:
+            block[...] = flat_total[start:stop]
+        else:
+            block[...] = flat[start:stop]
+            block *= -weight
+            block += flat_total[start:stop]
+        block /= denominator
+        if rounding:
+            np.rint(block, out=block)
+        flat_out[start:stop] = block
+    return out
 
 
 def weighted_average(updates: Sequence[Sequence[Array]], weights: Sequence[float]) -> list[Array]:
