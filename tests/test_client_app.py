@@ -341,3 +341,18 @@ def test_corrupted_state_starts_fresh_with_a_warning(
     assert m[wire.SAMPLES_PROCESSED] == 16  # the job restarted
     assert "corrupted" in caplog.text
     assert ctx.state["user-record"]["keep"] == 1
+
+
+def test_host_availability_is_a_fraction() -> None:
+    from clients.app import host_availability
+
+    assert 0.0 <= host_availability() <= 1.0
+
+
+@pytest.mark.parametrize(("theta", "abandoned"), [(0.0, 1), (2.0, 0)])
+def test_wall_clock_decision_uses_host_availability(theta: float, abandoned: int) -> None:
+    app = build_client_app(TASK)  # no availability_fn: psutil on the wall clock
+    ctx = node_context(NODE, run_config={"alpha": 1.0, "theta": theta})
+    _ok(app(_msg(_job(1, 0, **{wire.SAMPLE_SHARE: 48, wire.SLICE_BUDGET: 1e-9}), _global()), ctx))
+    cfg = _job(1, 1, **{wire.SLICE_BUDGET: 1e-9, wire.MATCH_RATIO: 3.0})  # clipped to 1
+    assert _ok(app(_msg(cfg, _global(1)), ctx))[wire.ABANDONED] == abandoned
