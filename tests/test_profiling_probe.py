@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -358,3 +361,41 @@ def test_cli_interrupted_exits_130_and_leaves_nothing(
     assert len(seen) == 1
     assert list(tmp_path.iterdir()) == []
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+@pytest.mark.parametrize(
+    "signum",
+    [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)],
+    ids=["ctrl-c", "sigterm"],
+)
+def test_real_process_interrupted_mid_profile_exits_130_and_cleans_up(
+    signum: int, tmp_path: Path
+) -> None:
+    """Run ``flower-edge profile`` for real and signal it once it reports progress."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flower_edge.cli", "profile", "--disk-dir", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    try:
+        deadline = time.monotonic() + 120.0
+        line = ""
+        while "cpu-dense" not in line:  # the temp folder exists before the first workload
+            ready, _, _ = select.select([proc.stderr], [], [], deadline - time.monotonic())
+            assert ready, "no progress line within 120 s"
+            line = proc.stderr.readline()
+            assert line, "the profile ended before reporting progress"
+        made = [p.name for p in tmp_path.iterdir()]
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=120.0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert len(made) == 1
+    assert made[0].startswith(probe_mod.TEMP_PREFIX)
+    assert proc.returncode == 130
+    assert "flower-edge: interrupted" in err
+    assert list(tmp_path.iterdir()) == []
