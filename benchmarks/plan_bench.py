@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -37,13 +38,13 @@ from flower_edge.cli_plan import build_plan
 from flower_edge.radar import match_ratios
 
 
-def random_profiles(n: int, rng: np.random.Generator) -> list[dict[str, object]]:
+def random_profiles(n: int, rng: np.random.Generator) -> list[dict[str, Any]]:
     ev = rng.lognormal(0.0, 0.7, size=(n, 4)) * [100.0, 400.0, 2000.0, 150.0]
     ev[rng.random(n) < 0.5, 1] = 0.0  # half the nodes have no GPU
     caps = rng.integers(50, 400, n)
-    nodes: list[dict[str, object]] = []
+    nodes: list[dict[str, Any]] = []
     for d in range(n):
-        node: dict[str, object] = {
+        node: dict[str, Any] = {
             "id": f"node-{d:05d}",
             "resources": dict(
                 zip(("cpu", "gpu", "memory", "disk"), map(float, ev[d]), strict=True)
@@ -75,8 +76,8 @@ def bench_plan(n: int, total: int, rng: np.random.Generator) -> list[str]:
     nodes = random_profiles(n, rng)
     obs = random_observations(nodes, rng)
     ids = [str(x["id"]) for x in nodes]
-    ev = [list(x["resources"].values()) for x in nodes]  # type: ignore[union-attr]
-    caps = [x.get("capacity") for x in nodes]  # type: ignore[misc]
+    ev = [list(x["resources"].values()) for x in nodes]
+    caps = [x.get("capacity") for x in nodes]
     lines.append("| what | method | wall s (median of 3) | CPU s (median of 3) |")
     lines.append("|---|---|---|---|")
     for label, observations in (("no observations", None), ("5 observations per node", obs)):

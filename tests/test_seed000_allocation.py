@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pytest
@@ -36,7 +37,7 @@ def brute_makespan(total: int, models: Sequence[TimeModel], caps: Sequence[float
     return min(predicted_makespan(f, models) for f in compositions(total, len(models), caps))
 
 
-def exact_shares(total: int, ratios: Sequence[float], caps: Sequence[float]) -> np.ndarray:
+def exact_shares(total: int, ratios: Any, caps: Any) -> np.ndarray:
     """Water-filling by bisection on lambda: x_d = min(cap_d, lam * m_d), sum = total."""
     m, c = np.asarray(ratios, float), np.asarray(caps, float)
     lo, hi = 0.0, 1.0
@@ -45,7 +46,8 @@ def exact_shares(total: int, ratios: Sequence[float], caps: Sequence[float]) -> 
     for _ in range(200):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if np.minimum(c, mid * m).sum() < total else (lo, mid)
-    return np.minimum(c, hi * m)
+    out: np.ndarray = np.minimum(c, hi * m)
+    return out
 
 
 # ---------------------------------------------------------------- formula 7

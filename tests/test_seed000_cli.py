@@ -15,7 +15,7 @@ from flower_edge.allocation import TimeModel, fit_time_model, predicted_makespan
 from flower_edge.cli import main
 from flower_edge.radar import match_ratios, standardise
 
-NODES = [
+NODES: list[dict[str, Any]] = [
     {"id": "pi4", "resources": {"cpu": 10, "gpu": 0, "memory": 40, "disk": 5}, "capacity": 500},
     {"id": "jetson", "resources": {"cpu": 20, "gpu": 80, "memory": 60, "disk": 10}},
     {"id": "laptop", "resources": {"cpu": 60, "gpu": 0, "memory": 100, "disk": 30}},
@@ -159,7 +159,7 @@ def test_plan_with_observations_and_optimal(
     base = ["plan", "--profiles", profiles, "--total-samples", "3000", "--compute-share", "0.3"]
     seed = run_json([*base, "--observations", obs, "--json"], capsys)
     opt = run_json([*base, "--observations", obs, "--method", "optimal", "--json"], capsys)
-    models = [fit_time_model(obs_data[n["id"]]) for n in NODES]
+    models = [fit_time_model([(x, t) for x, t in obs_data[n["id"]]]) for n in NODES]
     assert models[0] == pytest.approx(TimeModel(0.1, 2.0))
     for doc in (seed, opt):
         samples = [n["samples"] for n in doc["nodes"]]
@@ -174,7 +174,7 @@ def test_plan_reads_profile_reports_and_model(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     def report(node_id: str, evals: dict[str, float]) -> dict[str, Any]:
-        resources = {
+        resources: dict[str, dict[str, Any]] = {
             r: {
                 "available": evals[r] > 0,
                 "evaluation": evals[r],

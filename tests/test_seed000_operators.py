@@ -82,7 +82,7 @@ def test_products_agree_with_torch_flop_counter() -> None:
     counter = FlopCounterMode(display=False)
     with counter:
         out = model(x)
-        nn.functional.cross_entropy(out, torch.zeros(2, dtype=torch.long)).backward()
+        torch.autograd.backward(nn.functional.cross_entropy(out, torch.zeros(2, dtype=torch.long)))
     reference = {str(k): v for k, v in counter.get_flop_counts()["Global"].items()}
     profile = analyze_model(model, x, execute=True)
     for packet in ("convolution", "convolution_backward", "mm"):
@@ -189,7 +189,8 @@ def test_data_dependent_model_falls_back_to_a_real_run() -> None:
             self.lin = nn.Linear(3, 2)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.lin(x) if float(x.sum()) > 0 else -self.lin(x)
+            out: torch.Tensor = self.lin(x) if float(x.sum()) > 0 else -self.lin(x)
+            return out
 
     profile = analyze_model(Branchy(), torch.ones(2, 3))
     assert only(profile, "addmm")

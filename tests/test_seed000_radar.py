@@ -24,7 +24,8 @@ def closed_form(s: np.ndarray, p_c: float) -> np.ndarray:
     """DESIGN.md step 6, all four axes present and p_c + p_m = 1."""
     p_m = 1 - p_c
     c, g, m, d = s.T
-    return p_c**2 * c * g + p_c * p_m * (g * m + d * c) + p_m**2 * m * d
+    out: np.ndarray = p_c**2 * c * g + p_c * p_m * (g * m + d * c) + p_m**2 * m * d
+    return out
 
 
 def shoelace_ratio(scores: np.ndarray, lengths: list[float], order: list[int]) -> np.ndarray:
