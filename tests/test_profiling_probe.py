@@ -24,7 +24,7 @@ from flower_edge.profiling import PLANS, HostProbe, ProfilePlan, ProfileReport, 
 from flower_edge.profiling import gpu as gpu_mod
 from flower_edge.profiling import probe as probe_mod
 from flower_edge.profiling.gpu import GpuInfo, detect_gpu
-from flower_edge.profiling.workloads import ShardWorkload
+from flower_edge.profiling.workloads import DenseWorkload, ShardWorkload
 
 torch = pytest.importorskip("torch")
 HAS_CUDA = torch.cuda.is_available()
@@ -352,7 +352,17 @@ def test_cli_interrupted_exits_130_and_leaves_nothing(
     how: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     before = signal.getsignal(signal.SIGTERM)
-    seen = _interrupt_in_disk_workload(monkeypatch, how)
+    seen: list[Path] = []
+
+    def interrupted(self: object, samples: int, deadline: float | None = None) -> int:
+        (temp,) = tmp_path.iterdir()  # the probe's temporary folder, made before any workload
+        (temp / "partial.bin").write_bytes(b"x" * 100)
+        seen.append(temp / "partial.bin")
+        if how == "sigterm":
+            os.kill(os.getpid(), signal.SIGTERM)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(DenseWorkload, "run", interrupted)  # the first workload
     code = main(["profile", "--quick", "--json", "--disk-dir", str(tmp_path)])
     out, err = capsys.readouterr()
     assert code == 130
