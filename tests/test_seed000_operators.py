@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -14,8 +15,16 @@ from flower_edge.errors import InputError
 from flower_edge.models import build_model
 from flower_edge.operators import ModelProfile, OperatorCost, analyze_model
 
-torch.set_num_threads(1)
 F32 = 4
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    """Keep these tests light on the shared cores; restore the setting afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def only(profile: ModelProfile, packet: str) -> list[OperatorCost]:
