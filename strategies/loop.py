@@ -480,6 +480,7 @@ class _Run:  # the state of one start() call
             None if strategy.checkpoint_dir is None else CheckpointStore(strategy.checkpoint_dir)
         )
         self.warned_virtual = False
+        self.next_refresh = 0.0
 
     # ================================================================== top level
     def execute(self) -> Result:
@@ -574,7 +575,6 @@ class _Run:  # the state of one start() call
             )
             for n in ids
         ]
-        pending = {m.metadata.message_id: m.metadata.dst_node_id for m in msgs}
         pushed = set(self.grid.push_messages(msgs))
         pending = {
             m.metadata.message_id: m.metadata.dst_node_id
@@ -858,8 +858,32 @@ class _Run:  # the state of one start() call
                 )
         self._start_idle_jobs()
 
+    def _refresh_nodes(self, force: bool = False) -> None:
+        """Admit nodes that registered after the start; mark idle nodes that left as gone."""
+        real = self.clock.real_now()
+        if not force and real < self.next_refresh:
+            return
+        self.next_refresh = real + max(1.0, 20 * self.s.loop.poll_interval)
+        registered = {int(n) for n in self.grid.get_node_ids()}
+        shares = sorted(n.share for n in self.nodes.values() if not n.gone)
+        typical = shares[len(shares) // 2] if shares else 0
+        for node_id in sorted(registered - set(self.nodes)):
+            self.nodes[node_id] = _Node(node_id, share=typical)
+            log(INFO, "%s: node %s joined: share %d (the median)", self.s.name, node_id, typical)
+        for node in self.nodes.values():
+            was = node.gone
+            node.gone = node.node_id not in registered or node.misses >= self.s.loop.max_misses
+            if node.gone and not was:
+                log(INFO, "%s: node %s left", self.s.name, node.node_id)
+            elif was and not node.gone:
+                log(INFO, "%s: node %s is back", self.s.name, node.node_id)
+        self._start_idle_jobs()
+
     def _stalled(self) -> bool:
         if self.inflight or self.heap:
+            return False
+        self._refresh_nodes(force=True)
+        if self.inflight:
             return False
         return all(
             n.gone or n.outstanding is not None or n.last_base >= self.version
@@ -867,6 +891,8 @@ class _Run:  # the state of one start() call
         )
 
     def _wait(self) -> None:
+        if not self.clock.is_virtual:  # membership changes would break virtual determinism
+            self._refresh_nodes()
         step = self.s.loop.poll_interval
         if not self.clock.is_virtual and self.heap:
             step = min(step, max(self.heap[0][0] - self.clock.now(), 0.0))

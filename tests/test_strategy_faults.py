@@ -356,3 +356,32 @@ def test_a_restarted_node_rejoins_with_a_fresh_job() -> None:
     ]
     assert later
     assert later[0].job_id > forgotten[0].job_id
+
+
+def test_a_node_that_registers_later_joins_with_the_median_share(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = ManualClock()
+    grid = InProcessGrid(ToyEdge(), 5, clock=clock, latency=lambda n, m: 1.0)
+    grid.kill(1005)  # not registered at the start
+    strategy = EdgeStrategy(
+        threshold=2,
+        clock=clock,
+        shares=ShareConfig(profile=False, total_samples=400, rebalance="off"),
+        loop=LoopConfig(min_nodes=4, poll_interval=0.5),
+    )
+    real_push = grid.push_messages
+    joined: list[float] = []
+
+    def push(messages):  # type: ignore[no-untyped-def]
+        if clock.now() > 5.0 and not joined:
+            joined.append(clock.now())
+            grid.restart(1005)  # registers now
+        return real_push(messages)
+
+    grid.push_messages = push  # type: ignore[method-assign]
+    with caplog.at_level("INFO"):
+        strategy.start(grid, model(0.0), num_rounds=20, timeout=30.0)
+    assert "node 1005 joined: share 100 (the median)" in caplog.text
+    assert any(1005 in h.participants for h in strategy.history)
+    assert min(e.time for e in strategy.events if e.node_id == 1005) >= joined[0]
