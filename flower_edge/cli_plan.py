@@ -301,7 +301,8 @@ def format_profile(profile: ModelProfile, *, every_operator: bool = False) -> st
         f"memory-intensive); mean intensity {profile.mean_intensity:.3f} FLOP/byte",
         f"compute share p_c = {profile.compute_share:.4f}, memory share p_m = "
         f"{profile.memory_share:.4f}",
-        f"total {_si(profile.total_flops)}FLOP, {_si(profile.total_bytes)}B moved",
+        f"total {_si(profile.total_flops)}FLOP, {_si(profile.total_bytes)}B moved; "
+        f"{profile.metadata_only} metadata-only calls (views, allocations) left out",
     ]
     if profile.unmodelled:
         lines.append(

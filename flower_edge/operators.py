@@ -47,7 +47,7 @@ Cost conventions
     * **Metadata-only ops** (views such as ``view``, ``t``, ``transpose``, ``expand``,
       ``detach``, ``_unsafe_view``, and allocation without writing such as ``empty``) do no
       arithmetic and move no data: they are not operators of the model in the seed's sense and
-      are left out of the profile (their count is logged at DEBUG level).
+      are left out of the operator list (``ModelProfile.metadata_only`` counts them).
     * **Intensity** = FLOPs / bytes (0 for an op that moves no bytes).
     * **Classification**: intensity strictly above the mean intensity over all operators ->
       ``"compute"``, otherwise ``"memory"``.
@@ -148,6 +148,8 @@ class ModelProfile:
         Ops that had no cost formula and got the fallback (1 FLOP per output element).
     includes_backward : bool
         Whether the step included the loss and the backward pass.
+    metadata_only : int
+        Metadata-only calls (views, allocations) that ran and were left out.
     """
 
     operators: tuple[OperatorCost, ...]
@@ -156,6 +158,7 @@ class ModelProfile:
     memory_share: float
     unmodelled: tuple[str, ...] = field(default=())
     includes_backward: bool = True
+    metadata_only: int = 0
 
     @property
     def total_flops(self) -> float:
@@ -570,7 +573,7 @@ def analyze_model(
                 f"input shape {tuple(example_input.shape)} does not fit the model "
                 f"({type(model).__name__}): {exc}"
             ) from exc
-    logger.log(DEBUG, "left out %s metadata-only ops (views, allocations)", recorder.skipped)
+    logger.log(DEBUG, "left out %s metadata-only calls (views, allocations)", recorder.skipped)
     if recorder.unmodelled:
         warnings.warn(
             "no cost formula for "
@@ -581,7 +584,7 @@ def analyze_model(
         )
     profile = _profile(recorder.calls, share, tuple(recorder.unmodelled))
     backward_ran = any(name.startswith("bwd/") for name, _, _, _ in recorder.calls)
-    return replace(profile, includes_backward=backward_ran)
+    return replace(profile, includes_backward=backward_ran, metadata_only=recorder.skipped)
 
 
 def _profile(

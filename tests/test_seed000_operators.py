@@ -35,6 +35,7 @@ def test_linear_by_hand() -> None:
     # forward only: t (a view, left out) and addmm (2*m*k*n + bias m*n)
     profile = analyze_model(nn.Linear(4, 3), torch.zeros(2, 4), backward=False)
     assert [o.op for o in profile.operators] == ["aten.addmm.default"]
+    assert profile.metadata_only == 1  # aten.t
     op = profile.operators[0]
     assert op.flops == 2 * 2 * 4 * 3 + 2 * 3
     assert op.bytes == (3 + 8 + 12 + 6) * F32  # bias, input, weight^T, output
