@@ -399,3 +399,13 @@ def test_measure_cuts_runs_at_the_hard_limit_and_stops_repeating(
     # warm-up 1; pilot of 4 cut after the sample that passes 1 s (3 samples, 1.5 s, so 16
     # project to 8 s); the timed run shrinks to 16 / 8 = 2 samples
     assert slow.calls == [1, 3, 2]
+
+
+def test_train_workloads_leave_the_global_rng_alone() -> None:
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    dense = DenseWorkload("cpu", batch=4)
+    dense.prepare(8)
+    dense.run(8)
+    assert torch.equal(torch.rand(3), expected)
