@@ -55,6 +55,7 @@ def run_once(mode: str, disk_dir: str | None) -> dict[str, Any]:
         "wall": wall,
         "elapsed": report["elapsed_seconds"],
         "peak_rss_mib": usage.ru_maxrss / 1024,  # kilobytes on Linux
+        "cpu": usage.ru_utime + usage.ru_stime,
         "load_before": load_before,
         "load_after": os.getloadavg(),
     }
@@ -86,19 +87,21 @@ def main() -> int:
         f"{fmt_load(os.getloadavg())}",
         "",
     ]
+    print("\n".join(lines), flush=True)
     for mode in ("quick", "full"):
         runs = [run_once(mode, args.disk_dir) for _ in range(args.runs)]
         lines += [
             f"### {mode}: {args.runs} runs back to back",
             "",
-            "| run | command wall s | profile elapsed s | peak RSS MiB | N cpu | N gpu | N memory "
-            "| N disk | load before | load after |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "| run | command wall s | command CPU s | profile elapsed s | peak RSS MiB | N cpu "
+            "| N gpu | N memory | N disk | load before | load after |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for i, r in enumerate(runs, 1):
             n = {k: r["report"]["resources"][k]["evaluation"] for k in RESOURCES}
             lines.append(
-                f"| {i} | {r['wall']:.2f} | {r['elapsed']:.2f} | {r['peak_rss_mib']:.0f} | "
+                f"| {i} | {r['wall']:.2f} | {r['cpu']:.2f} | {r['elapsed']:.2f} | "
+                f"{r['peak_rss_mib']:.0f} | "
                 + " | ".join(f"{n[k]:.4g}" for k in RESOURCES)
                 + f" | {fmt_load(r['load_before'])} | {fmt_load(r['load_after'])} |"
             )
@@ -116,9 +119,8 @@ def main() -> int:
             + ", ".join(f"{k} {100 * v:.1f} %" for k, v in cvs.items()),
             "",
         ]
-        print("\n".join(lines[-8:]), flush=True)
+        print("\n".join(lines[-(args.runs + 10) :]), flush=True)
     text = "\n".join(lines)
-    print(text)
     if args.out:
         with open(args.out, "a", encoding="utf-8") as fh:
             fh.write(text + "\n")
