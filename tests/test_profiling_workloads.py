@@ -409,3 +409,16 @@ def test_train_workloads_leave_the_global_rng_alone() -> None:
     dense.prepare(8)
     dense.run(8)
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_cpu_counter_is_busy_share_without_double_counted_guest_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from collections import namedtuple
+
+    Times = namedtuple("Times", "user nice system idle iowait guest guest_nice")
+    readings = iter([Times(10, 0, 5, 80, 5, 2, 0), Times(40, 0, 15, 100, 5, 12, 0)])
+    monkeypatch.setattr(sampler_mod, "psutil", SimpleNamespace(cpu_times=lambda: next(readings)))
+    counter = CpuCounter()
+    # total 100 -> 160 (guest is inside user), busy (not idle, not iowait) 15 -> 55
+    assert counter.read() == pytest.approx(40 / 60)

@@ -83,7 +83,9 @@ class CpuCounter:
     @staticmethod
     def _now() -> tuple[float, float]:
         times = psutil.cpu_times()
-        total = float(sum(times))
+        # Linux counts guest time inside user and nice already (as psutil.cpu_percent does)
+        total = float(sum(times)) - float(getattr(times, "guest", 0.0))
+        total -= float(getattr(times, "guest_nice", 0.0))
         idle = float(times.idle) + float(getattr(times, "iowait", 0.0))
         return total - idle, total
 
