@@ -412,7 +412,19 @@ def op_cost(
     )
     largest_out = max((t.numel() for t in outputs), default=0)
     first_in = inputs[0].numel() if inputs else 0
-    modelled = True
+    try:
+        flops = _formula_flops(name, args, out, largest_out, first_in)
+    except (IndexError, TypeError, ValueError, AttributeError):  # an unexpected signature
+        flops = None
+    if flops is None:
+        return float(largest_out), moved, False
+    return flops, moved, True
+
+
+def _formula_flops(
+    name: str, args: Sequence[Any], out: object, largest_out: int, first_in: int
+) -> float | None:
+    """FLOPs of op ``name`` by the module's conventions; ``None`` when there is no formula."""
     if name in _MATMUL:
         flops = _matmul_flops(name, args, out)
     elif name in ("convolution", "_convolution"):
@@ -432,8 +444,8 @@ def op_cost(
     elif name in DATA_MOVEMENT:
         flops = float(largest_out) if name in _ACCUMULATING else 0.0
     else:
-        flops, modelled = float(largest_out), False
-    return flops, moved, modelled
+        return None
+    return flops
 
 
 def _is_metadata_only(func: torch._ops.OpOverload) -> bool:
@@ -487,15 +499,19 @@ def _loss_target(out: object) -> tuple[torch.Tensor, torch.Tensor | None] | None
     return y, None
 
 
-def _run_step(model: nn.Module, x: torch.Tensor, device: str, backward: bool) -> _Recorder:
-    """Run one training step of a copy of ``model`` on ``device`` under the recorder."""
-    from torch.utils.module_tracker import ModuleTracker
-
+def _copy(model: nn.Module) -> nn.Module:
+    """Return a deep copy of ``model`` (the analysis never touches the user's model)."""
     try:
-        work = copy.deepcopy(model)
+        return copy.deepcopy(model)
     except Exception as exc:  # deepcopy can fail in any way a custom module chooses
         raise InputError(f"model: cannot copy {type(model).__name__} to analyse it: {exc}") from exc
-    work = work.to(device)
+
+
+def _run_step(model: nn.Module, x: torch.Tensor, device: str, backward: bool) -> _Recorder:
+    """Run one training step of ``model`` (a copy, moved to ``device``) under the recorder."""
+    from torch.utils.module_tracker import ModuleTracker
+
+    work = model.to(device)
     work.train()
     x = x.detach().to(device)
     tracker = ModuleTracker()
@@ -561,14 +577,16 @@ def analyze_model(
         )
     recorder = None
     if not execute:
+        work = _copy(model)
         try:
-            recorder = _run_step(model, example_input, "meta", backward)
-        except (RuntimeError, NotImplementedError, TypeError, ValueError) as exc:
+            recorder = _run_step(work, example_input, "meta", backward)
+        except Exception as exc:  # the model's own code: retry for real, on the CPU
             logger.log(INFO, "shape-only (meta) run failed (%s); running on the CPU", exc)
     if recorder is None:
+        work = _copy(model)
         try:
-            recorder = _run_step(model, example_input, "cpu", backward)
-        except (RuntimeError, TypeError, ValueError, IndexError) as exc:
+            recorder = _run_step(work, example_input, "cpu", backward)
+        except Exception as exc:  # the model's own code rejects the input
             raise InputError(
                 f"input shape {tuple(example_input.shape)} does not fit the model "
                 f"({type(model).__name__}): {exc}"

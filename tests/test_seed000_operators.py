@@ -225,3 +225,23 @@ def test_bad_inputs() -> None:
         analyze_model(build_model("mlp"), [1, 2])  # type: ignore[arg-type]
     with pytest.raises(InputError, match="executed no operator"):
         analyze_model(nn.Identity(), torch.zeros(2, 2))
+
+
+def test_forward_that_rejects_the_input_and_uncopyable_model() -> None:
+    class Picky(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(3, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            assert x.shape[0] == 7, "batch must be 7"
+            out: torch.Tensor = self.lin(x)
+            return out
+
+    with pytest.raises(InputError, match=r"does not fit the model \(Picky\): batch must be 7"):
+        analyze_model(Picky(), torch.ones(2, 3))
+
+    model = nn.Linear(3, 2)
+    model.stream = (i for i in range(3))  # type: ignore[assignment]
+    with pytest.raises(InputError, match="model: cannot copy Linear to analyse it"):
+        analyze_model(model, torch.ones(2, 3))
