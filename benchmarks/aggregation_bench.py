@@ -104,10 +104,10 @@ class Setup:
         loss = torch.nn.functional.cross_entropy(self.model(x), y)
         return [g.numpy().copy() for g in torch.autograd.grad(loss, params)]
 
-    def aggregate(self) -> WeightedSum:
+    def aggregate(self, checked: bool = False) -> WeightedSum:
         total = WeightedSum(self.base)
         for i, (u, w) in enumerate(zip(self.updates, self.weights, strict=True)):
-            total.add(i, u, w)
+            total.add(i, u, w, checked=checked)
         return total
 
 
@@ -164,6 +164,12 @@ def bench_aggregation(s: Setup, args: argparse.Namespace) -> float:
     print(
         f"[aggregation] adds + mean: {(add_med + mean_med) * 1e3:.1f} ms wall, "
         f"{cpu * 1e3:.1f} ms CPU; {load()}"
+    )
+    checked_med, _ = timed(lambda: s.aggregate(checked=True), args.repeats, "checked")
+    print(
+        f"[aggregation] {args.k} adds with checked=True (NaN/Inf pass skipped, the caller ran "
+        f"check_update at arrival): median {checked_med * 1e3:.1f} ms wall, "
+        f"{CPU_TIMES['checked'] * 1e3:.1f} ms CPU"
     )
     brute_med, _ = timed(lambda: weighted_average(s.updates, s.weights), 1)
     print(
