@@ -23,7 +23,8 @@ What each counter means, and its limits
 :class:`DiskCounter` (disk)
     ``psutil.disk_io_counters(perdisk=True)``: ``busy_time`` (Linux, FreeBSD) is the time in ms
     during which the device had I/O in flight (iostat's ``%util``); the most busy device in
-    the interval is taken, so partitions are not counted twice. For devices that can serve
+    the interval is taken, so partitions are not counted twice. Like the cpu counter it is
+    device-wide: other processes' I/O counts too. For devices that can serve
     requests in parallel (SSD, NVMe, network disks) 100 % busy is not saturation; the counter
     has millisecond resolution. Where ``busy_time`` is missing (macOS, Windows), there are no
     counters (some containers), or no device was busy during the interval (a folder on tmpfs,
