@@ -245,3 +245,44 @@ def test_forward_that_rejects_the_input_and_uncopyable_model() -> None:
     model.stream = (i for i in range(3))  # type: ignore[assignment]
     with pytest.raises(InputError, match="model: cannot copy Linear to analyse it"):
         analyze_model(model, torch.ones(2, 3))
+
+
+def test_transposed_conv_by_hand() -> None:
+    # each of the 2 x 16 input elements meets 3 x 3 x 3 weights: 864 multiply-adds
+    conv = nn.ConvTranspose2d(2, 3, kernel_size=3)
+    op = only(analyze_model(conv, torch.zeros(1, 2, 4, 4), backward=False), "convolution")[0]
+    assert op.flops == 2 * 864 + 3 * 6 * 6
+
+
+def test_operator_zoo_is_fully_modelled() -> None:
+    class Zoo(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(10, 8)
+            self.conv = nn.Conv1d(8, 8, 3, padding=1)
+            self.gn = nn.GroupNorm(2, 8)
+            self.ln = nn.LayerNorm(8)
+            self.drop = nn.Dropout(0.1)
+            self.head = nn.Linear(16, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.emb(x).transpose(1, 2)  # (N, 8, L)
+            h = nn.functional.gelu(self.gn(self.conv(h)))
+            h = nn.functional.avg_pool1d(torch.sigmoid(h) * torch.tanh(h), 2)
+            h = self.ln(h.transpose(1, 2)).softmax(dim=-1)
+            pooled = torch.cat(
+                [
+                    h.mean(dim=1),
+                    nn.functional.adaptive_max_pool1d(h.transpose(1, 2), 1).squeeze(-1),
+                ],
+                dim=1,
+            )
+            out: torch.Tensor = self.head(self.drop(pooled))
+            return out
+
+    x = torch.randint(0, 10, (4, 6))
+    for execute in (False, True):
+        profile = analyze_model(Zoo(), x, execute=execute)
+        assert profile.unmodelled == (), execute
+        gelu = only(profile, "gelu")[0]
+        assert gelu.flops == 8 * 4 * 8 * 6
