@@ -220,6 +220,18 @@ class _Builder:
         self._data: OrderedDict[tuple[int, int], tuple[Dataset[Any], Dataset[Any]]] = OrderedDict()
         self._local = threading.local()
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle without the per-process caches (Ray ships the ClientApp to its actors)."""
+        state = dict(self.__dict__)
+        del state["_data"], state["_local"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Restore a pickled builder with empty caches."""
+        self.__dict__.update(state)
+        self._data = OrderedDict()
+        self._local = threading.local()
+
     # ------------------------------------------------------------ helpers
 
     def data(self, ctx: Context) -> tuple[Dataset[Any], Dataset[Any]]:

@@ -356,3 +356,15 @@ def test_wall_clock_decision_uses_host_availability(theta: float, abandoned: int
     _ok(app(_msg(_job(1, 0, **{wire.SAMPLE_SHARE: 48, wire.SLICE_BUDGET: 1e-9}), _global()), ctx))
     cfg = _job(1, 1, **{wire.SLICE_BUDGET: 1e-9, wire.MATCH_RATIO: 3.0})  # clipped to 1
     assert _ok(app(_msg(cfg, _global(1)), ctx))[wire.ABANDONED] == abandoned
+
+
+def test_client_app_pickles_for_ray_with_empty_caches() -> None:
+    from ray import cloudpickle  # what Ray uses to ship the ClientApp to its actors
+
+    from clients.examples import client_app
+
+    ctx = node_context(NODE, num_partitions=2)
+    content = RecordDict({wire.ARRAYS: ArrayRecord(MLP().state_dict())})
+    assert _ok(client_app(instruction(content, "evaluate", NODE), ctx))[wire.NUM_EXAMPLES] > 0
+    clone = cloudpickle.loads(cloudpickle.dumps(client_app))
+    assert _ok(clone(instruction(content, "evaluate", NODE), ctx))[wire.NUM_EXAMPLES] > 0
