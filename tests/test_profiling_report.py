@@ -315,3 +315,35 @@ def test_a_virtual_device_satisfies_the_probe_protocol() -> None:
     # E = 200 and 100 samples/s, U = 1 -> N = 150 for each present resource
     assert r.evaluations == {"cpu": 150.0, "gpu": 0.0, "memory": 150.0, "disk": 150.0}
     assert check_contract(r.to_dict()) == []
+
+
+_workload = st.builds(
+    WorkloadResult.measured,
+    st.text(min_size=1, max_size=20).filter(str.strip),
+    st.integers(1, 10**12),
+    st.floats(1e-9, 6e5, allow_nan=False, allow_infinity=False),
+    st.floats(0.0, 1.0, allow_nan=False),
+)
+_resource = st.one_of(
+    st.lists(_workload, min_size=1, max_size=4, unique_by=lambda w: w.name).map(
+        ResourceReport.from_workloads
+    ),
+    st.text(min_size=1, max_size=40).filter(str.strip).map(ResourceReport.absent),
+)
+
+
+@given(
+    st.fixed_dictionaries({r: _resource for r in RESOURCES}),
+    st.sampled_from(["quick", "full"]),
+    st.floats(0.0, 1e5, allow_nan=False),
+    st.one_of(st.none(), st.text(min_size=1, max_size=30).filter(str.strip)),
+)
+@settings(max_examples=60, deadline=None)
+def test_any_valid_report_survives_the_json_round_trip(
+    resources: dict[str, ResourceReport], mode: str, elapsed: float, gpu_name: str | None
+) -> None:
+    facts = HostFacts(8, "cpu", 2**34, gpu_name, (1.0, 0.5, 0.25), "Linux-aarch64")
+    original = ProfileReport(facts, resources, mode, elapsed)  # type: ignore[arg-type]
+    parsed = ProfileReport.from_json(original.to_json())
+    assert parsed == original
+    assert parsed.evaluations == original.evaluations
