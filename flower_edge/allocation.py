@@ -419,7 +419,8 @@ def _seed_rebalance(
 ) -> list[int]:
     """Move samples from the slowest to the fastest node while the pair finishes earlier."""
     heaps = _Heaps(f, models, cap)
-    for _ in range(max_moves):
+    moves = 0
+    while True:
         slowest = heaps.slowest()
         fastest = None if slowest is None else heaps.fastest_except(slowest[1])
         if slowest is None or fastest is None:
@@ -428,12 +429,14 @@ def _seed_rebalance(
         step = _seed_step(t_s, t_g, models[s], models[g], f[s], f[g], cap[g] - f[g])
         if step == 0:
             return f
+        if moves == max_moves:
+            logger.log(WARNING, "seed rebalancing stopped after %s moves (max_moves)", moves)
+            return f
         f[s] -= step
         f[g] += step
         heaps.push(s)
         heaps.push(g)
-    logger.log(WARNING, "seed rebalancing stopped after %s moves (limit)", max_moves)
-    return f
+        moves += 1
 
 
 def _equal_finish_time(total: int, models: Sequence[TimeModel], cap: list[float]) -> float:
@@ -510,7 +513,8 @@ def rebalance(
     capacities : sequence of int or None, optional
         Most samples each node can take; ``None`` for no limit.
     max_moves : int, optional
-        Limit on the seed method's transfers (default ``100 * n + 1000``).
+        Limit on the seed method's transfers (default ``100 * n + 1000``); reaching it logs a
+        warning and returns the shares reached so far.
 
     Returns
     -------

@@ -204,6 +204,20 @@ def test_seed_rounds_delta_to_smaller_gap() -> None:
     assert alloc.makespan == 6.0
 
 
+def test_seed_move_limit(caplog: pytest.LogCaptureFixture) -> None:
+    models = [TimeModel(1.0, 0.0), TimeModel(1.0, 0.0), TimeModel(1.0, 0.0)]
+    # 9,0,0 -> 5,4,0 (delta 4.5, both roundings leave gap 1: the smaller step)
+    #       -> 3,4,2 (delta 2.5) -> 3,3,3 (delta 1): three moves
+    with caplog.at_level("WARNING", logger="flower_edge.allocation"):
+        done = rebalance([9, 0, 0], models, max_moves=3)
+    assert done.samples == (3, 3, 3)
+    assert "max_moves" not in caplog.text
+    with caplog.at_level("WARNING", logger="flower_edge.allocation"):
+        cut = rebalance([9, 0, 0], models, max_moves=1)
+    assert cut.samples == (5, 4, 0)
+    assert "seed rebalancing stopped after 1 moves (max_moves)" in caplog.text
+
+
 def test_seed_stops_when_transfer_does_not_help() -> None:
     # the fastest node's fixed cost is above the slowest's time: nothing moves
     models = [TimeModel(1.0, 0.0), TimeModel(1.0, 50.0)]
