@@ -148,7 +148,7 @@ class ProfilePlan:
 PLANS: dict[str, ProfilePlan] = {
     "quick": ProfilePlan(
         cpu_samples=(1024, 256),
-        gpu_samples=(8192, 2048),
+        gpu_samples=(65536, 16384),
         memory_samples=(16384, 16384),
         memory_buffer_bytes=64 << 20,
         disk_samples=(512, 2048),
@@ -157,7 +157,7 @@ PLANS: dict[str, ProfilePlan] = {
     ),
     "full": ProfilePlan(
         cpu_samples=(4096, 1024),
-        gpu_samples=(65536, 16384),
+        gpu_samples=(262144, 65536),
         memory_samples=(65536, 65536),
         memory_buffer_bytes=128 << 20,
         disk_samples=(2048, 8192),
