@@ -409,3 +409,20 @@ def test_real_process_interrupted_mid_profile_exits_130_and_cleans_up(
     assert proc.returncode == 130
     assert "flower-edge: interrupted" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failing_disk_is_reported_absent_and_cleaned_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(path: Path, data: memoryview) -> None:
+        path.write_bytes(b"partial")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ShardWorkload, "_write", staticmethod(full))
+    report = HostProbe(tmp_path).profile("quick")
+    disk = report.resources["disk"]
+    assert disk.available is False
+    assert disk.evaluation == 0.0
+    assert disk.reason == "disk workload failed: [Errno 28] No space left on device"
+    assert report.resources["cpu"].available
+    assert list(tmp_path.iterdir()) == []

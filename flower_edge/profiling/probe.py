@@ -14,7 +14,9 @@ so that the profile's time stays bounded (see :func:`measure_workload`).
 The disk workloads write into a fresh temporary folder under ``disk_dir``; it is created
 before any workload runs (so an unwritable folder fails at once) and removed afterwards, also
 on an exception or Ctrl-C; SIGINT/SIGTERM arriving while it is removed are held back until
-it is gone (:func:`remove_tree`).
+it is gone (:func:`remove_tree`). A resource whose workloads fail for a reason of the node
+(no GPU, CUDA out of memory, disk full or I/O error) is reported unavailable with the reason
+and N = 0, the other resources are still rated.
 
 ``elapsed_seconds`` counts from the first workload-related step (GPU detection) to the last
 workload; importing torch, which a client has done long before, is not part of it.
@@ -498,22 +500,26 @@ class HostProbe:
             ]
         )
         small, large = plan.disk_shard_samples
-        out["disk"] = ResourceReport.from_workloads(
-            [
-                run(
-                    ShardWorkload(temp, small, "disk-small"),
-                    plan.disk_samples[0],
-                    DiskCounter(),
-                    small,
-                ),
-                run(
-                    ShardWorkload(temp, large, "disk-large"),
-                    plan.disk_samples[1],
-                    DiskCounter(),
-                    large,
-                ),
-            ]
-        )
+        try:
+            out["disk"] = ResourceReport.from_workloads(
+                [
+                    run(
+                        ShardWorkload(temp, small, "disk-small"),
+                        plan.disk_samples[0],
+                        DiskCounter(),
+                        small,
+                    ),
+                    run(
+                        ShardWorkload(temp, large, "disk-large"),
+                        plan.disk_samples[1],
+                        DiskCounter(),
+                        large,
+                    ),
+                ]
+            )
+        except OSError as exc:  # disk full, quota, I/O error: the node cannot use this disk
+            logger.log(WARNING, "disk workload failed in %s: %s", temp, exc)
+            out["disk"] = ResourceReport.absent(f"disk workload failed: {exc}"[:256])
         return {r: out[r] for r in RESOURCES}
 
     @staticmethod

@@ -421,7 +421,8 @@ class ShardWorkload:
                 written += os.write(fd, data[written:])
             os.fsync(fd)
             if hasattr(os, "posix_fadvise"):
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                with contextlib.suppress(OSError):  # a file system without page-cache advice
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
 
