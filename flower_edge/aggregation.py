@@ -277,7 +277,7 @@ class WeightedSum:
         """
         if not self._weights:
             raise InputError("cannot average: no update was added")
-        denominator = self._relative_total(exclude=None)
+        denominator = self._relative_total()
         return [
             _combine(total, None, 0.0, denominator, ref, self._scratch)
             for total, ref in zip(self._sum, self._reference, strict=True)
@@ -309,7 +309,7 @@ class WeightedSum:
         if len(self._weights) == 1:
             raise InputError(f"cannot leave out {key!r}: it is the only update (need at least 2)")
         relative = self._weights[key] / self._scale
-        others = self._relative_total(exclude=key)
+        others = self._relative_total(without=(key,))
         if others <= CANCELLATION_GUARD * (others + relative):
             return self._resum_without(key)
         out = []
@@ -339,11 +339,9 @@ class WeightedSum:
                 total *= factor
         self._scale = scale
 
-    def _relative_total(self, exclude: Hashable | None) -> float:
+    def _relative_total(self, without: tuple[Hashable, ...] = ()) -> float:
         scale = self._scale
-        return math.fsum(
-            w / scale for k, w in self._weights.items() if exclude is None or k != exclude
-        )
+        return math.fsum(w / scale for k, w in self._weights.items() if k not in without)
 
     def _resum_without(self, key: Hashable) -> list[Array]:
         others = {k: w for k, w in self._weights.items() if k != key}

@@ -315,3 +315,12 @@ def test_checked_add_skips_only_the_finite_pass() -> None:
         total.add("x", [np.zeros(2, np.float32)] * 2, 1.0, checked=True)
     total.add("y", [np.array([1.0, 2.0], np.float32)], 1.0, checked=True)
     np.testing.assert_array_equal(total.mean()[0], [1.0, 2.0])
+
+
+def test_any_hashable_key_works_none_and_tuples_included() -> None:
+    total = WeightedSum([np.zeros(1)])
+    total.add(None, [np.array([1.0])], 1.0)
+    total.add((7, "job-1"), [np.array([3.0])], 1.0)
+    assert total.mean_without(None)[0][0] == 3.0
+    assert total.mean_without((7, "job-1"))[0][0] == 1.0
+    assert total.keys == (None, (7, "job-1"))
