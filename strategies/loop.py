@@ -167,6 +167,7 @@ class _Node:
     last_base: int = -1
     late: bool = False
     gone: bool = False
+    registered: bool = True
     misses: int = 0
     observations: list[tuple[float, float]] = field(default_factory=list)
 
@@ -636,10 +637,10 @@ class _Run:  # the state of one start() call
             split = initial_shares(equal_part, [1.0] * len(equal), [cap] * len(equal))
             shares.update(zip(equal, split, strict=True))
         if matched:
-            split = initial_shares(
-                total - equal_part, [ratios_by_node[i] for i in matched], [cap] * len(matched)
-            )
+            matched_ratios = [ratios_by_node[i] for i in matched]
+            split = initial_shares(total - equal_part, matched_ratios, [cap] * len(matched))
             shares.update(zip(matched, split, strict=True))
+            self._log_capped(matched, matched_ratios, total - equal_part, cap)
         for i in ids:
             node = self.nodes[i]
             node.share = shares[i]
@@ -652,6 +653,24 @@ class _Run:  # the state of one start() call
             total,
             {i: shares[i] for i in ids},
         )
+
+    def _log_capped(self, ids: list[int], ratios: list[float], total: int, cap: int | None) -> None:
+        if cap is None or not total:
+            return
+        whole = math.fsum(ratios)
+        for node_id, ratio in zip(ids, ratios, strict=True):
+            claimed = total * ratio / whole
+            if claimed > cap:
+                log(
+                    WARNING,
+                    "%s: node %s share capped at %d samples (max_share_fraction %s); "
+                    "its profile claims %.0f",
+                    self.s.name,
+                    node_id,
+                    cap,
+                    self.s.shares.max_share_fraction,
+                    claimed,
+                )
 
     def _rebalance(self) -> None:
         method = self.s.shares.rebalance
@@ -847,11 +866,19 @@ class _Run:  # the state of one start() call
             node.job = None
             node.last_base = -1
             node.misses += 1
-            node.gone = node.node_id not in registered or node.misses >= self.s.loop.max_misses
-            if node.gone:
+            node.registered = node.node_id in registered
+            node.gone = not node.registered or node.misses >= self.s.loop.max_misses
+            if not node.registered:
+                log(
+                    INFO,
+                    "%s: node %s is not registered: no jobs until it is back",
+                    self.s.name,
+                    node.node_id,
+                )
+            elif node.gone:
                 log(
                     WARNING,
-                    "%s: node %s dropped for the rest of the run (%d missed messages)",
+                    "%s: node %s dropped (%d missed messages in a row) until it registers again",
                     self.s.name,
                     node.node_id,
                     node.misses,
@@ -871,12 +898,14 @@ class _Run:  # the state of one start() call
             self.nodes[node_id] = _Node(node_id, share=typical)
             log(INFO, "%s: node %s joined: share %d (the median)", self.s.name, node_id, typical)
         for node in self.nodes.values():
-            was = node.gone
-            node.gone = node.node_id not in registered or node.misses >= self.s.loop.max_misses
-            if node.gone and not was:
-                log(INFO, "%s: node %s left", self.s.name, node.node_id)
-            elif was and not node.gone:
+            now = node.node_id in registered
+            if now and not node.registered:
+                node.misses = 0  # it registered again (restarted): a fresh start
                 log(INFO, "%s: node %s is back", self.s.name, node.node_id)
+            elif node.registered and not now:
+                log(INFO, "%s: node %s left", self.s.name, node.node_id)
+            node.registered = now
+            node.gone = not now or node.misses >= self.s.loop.max_misses
         self._start_idle_jobs()
 
     def _stalled(self) -> bool:

@@ -304,7 +304,7 @@ def test_a_silent_node_is_forgotten_after_the_timeout_and_the_run_goes_on(
     assert len(strategy.history) == 12
     assert all(1004 not in h.participants for h in strategy.history)
     assert "node 1004 sent no reply within 3.0 s: message forgotten" in caplog.text
-    assert "node 1004 dropped for the rest of the run (3 missed messages)" in caplog.text
+    assert "node 1004 dropped (3 missed messages in a row) until it registers again" in caplog.text
     assert len([e for e in strategy.events if e.kind == "forgotten"]) == 3
 
 
