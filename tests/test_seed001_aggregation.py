@@ -69,7 +69,7 @@ def aggregations(draw: st.DrawFn) -> tuple[list[list[np.ndarray]], list[float]]:
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
     updates = [_model(rng, shapes) for _ in range(k)]
-    weights = draw(st.lists(st.floats(min_value=1e-3, max_value=1e3), min_size=k, max_size=k))
+    weights = draw(st.lists(st.floats(min_value=1e-6, max_value=1e6), min_size=k, max_size=k))
     return updates, weights
 
 
