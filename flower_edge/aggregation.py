@@ -326,7 +326,7 @@ class WeightedSum:
     def _rescale(self, weight: float) -> None:
         """Raise the scale above ``weight``, with headroom, to a power of two.
 
-        Relative weights stay in ``(0, 1]`` (a float32 product cannot overflow), the rescaling
+        Relative weights stay in ``(0, 1]`` (a product cannot overflow), the rescaling
         of ``S`` is exact (a power of two) and, thanks to the headroom, happens only when a
         weight is ``2**RESCALE_HEADROOM`` times above the previous scale, not at every new
         maximum (each rescaling is a pass over ``S``).
