@@ -52,6 +52,13 @@ def test_analyze_bundled_json_contract(capsys: pytest.CaptureFixture[str]) -> No
     assert doc["memory_share"] == pytest.approx(1 - doc["compute_share"])
 
 
+def test_analyze_forward_only_and_execute(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["analyze", "mlp", "--input-shape", "4,64", "--json"]
+    doc = run_json([*argv, "--forward-only", "--execute"], capsys)
+    assert doc["operators"]
+    assert all(op["name"].startswith("fwd/") for op in doc["operators"])
+
+
 def test_analyze_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["analyze", "transformer", "--input-shape", "4,16"]) == 0
     out = capsys.readouterr().out
@@ -197,6 +204,15 @@ def test_plan_reads_profile_reports_and_model(
     ratios = match_ratios(ev, doc["compute_share"])
     assert [n["match_ratio"] for n in doc["nodes"]] == pytest.approx(list(ratios))
     assert plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_plan_order_invariant(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    profiles = write(tmp_path, "p.json", {"nodes": NODES})
+    argv = ["plan", "--profiles", profiles, "--total-samples", "30", "--compute-share", "0.4"]
+    doc = run_json([*argv, "--order-invariant", "--json"], capsys)
+    ev = np.array([[n["resources"][r] for r in ("cpu", "gpu", "memory", "disk")] for n in NODES])
+    expected = match_ratios(ev, 0.4, order_invariant=True)
+    assert [n["match_ratio"] for n in doc["nodes"]] == pytest.approx(list(expected))
 
 
 def test_plan_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
