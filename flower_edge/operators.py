@@ -9,9 +9,10 @@ memory-access-intensive; the model's shares ``p_c`` and ``p_m`` weight the radar
 
 Execution
     By default the step runs on a copy of the model on torch's ``meta`` device: shapes and
-    dtypes only, no arithmetic, no memory, so a ResNet-18 on an ImageNet batch takes well under
-    a second. A model that a meta run cannot handle (data-dependent control flow, an op with
-    no meta kernel) is run for real on a CPU copy instead; ``execute=True`` always does. The
+    dtypes only, no arithmetic, no memory, so a ResNet-18 on an ImageNet batch of 32 takes
+    about a second of CPU time (``docs/benchmarks/seed000.md``). A model that a meta run
+    cannot handle (data-dependent control flow, an op with no meta kernel) is run for real on
+    a CPU copy instead; ``execute=True`` always does. The
     user's model is never modified. Attention is captured as the backend would run it: the
     fused CPU kernel when executed, the math decomposition (``bmm``, softmax) on ``meta``.
 
