@@ -12,9 +12,9 @@ Execution
     dtypes only, no arithmetic, no memory, so a ResNet-18 on an ImageNet batch of 32 takes
     about a second of CPU time (``docs/benchmarks/seed000.md``). A model that a meta run
     cannot handle (data-dependent control flow, an op with no meta kernel) is run for real on
-    a CPU copy instead; ``execute=True`` always does. The
-    user's model is never modified. Attention is captured as the backend would run it: the
-    fused CPU kernel when executed, the math decomposition (``bmm``, softmax) on ``meta``.
+    a CPU copy instead; ``execute=True`` always does. The user's model is never modified.
+    Attention is captured as the backend would run it: the fused CPU kernel when executed,
+    the math decomposition (``bmm``, softmax) on ``meta``.
 
 Loss
     A 2-D output ``(N, C)`` gets cross-entropy against class 0; any other output the mean of
