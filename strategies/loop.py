@@ -28,7 +28,10 @@ Rules
   or it is beyond the staleness bound.
 - A message with no reply within ``timeout`` real seconds (``start``'s argument, also its
   TTL) is forgotten: a later reply to it is rejected as consumed, and the node gets a fresh job
-  with the full model (this is also how a restarted node rejoins).
+  with the full model (this is also how a restarted node rejoins). After ``max_misses``
+  forgotten messages in a row a registered node is dropped until it registers again.
+- Wall clock only: membership is re-read about every second while waiting; nodes that left get
+  no jobs, nodes that register (again) get jobs, new nodes join with the median share.
 - The loop stops at the round budget, a convergence criterion, the time budget, or when no
   event can happen any more (every node gone or stuck), logging why.
 """
