@@ -397,8 +397,13 @@ def plot_radar(
         )
     reach = lengths + 2.2 * pad  # room for the axis labels
     ex, ey = reach * np.cos(angles), reach * np.sin(angles)
-    ax.set_xlim(min(float(ex.min()), -pad), max(float(ex.max()), pad))
-    ax.set_ylim(min(float(ey.min()), -pad), max(float(ey.max()), pad))
+    if len(angles) == 1:  # a single axis: a square frame around the centre
+        lim = float(reach.max())
+        ax.set_xlim(-lim, lim)
+        ax.set_ylim(-lim, lim)
+    else:
+        ax.set_xlim(min(float(ex.min()), -pad), max(float(ex.max()), pad))
+        ax.set_ylim(min(float(ey.min()), -pad), max(float(ey.max()), pad))
     ax.set_title(
         f"Distorted radar, {n} nodes  (p_c={chart.compute_share:.2f}, p_m={chart.memory_share:.2f})"
     )
