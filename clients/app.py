@@ -41,7 +41,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from logging import INFO, WARNING
+from logging import DEBUG, INFO, WARNING
 from typing import Any, Literal, Protocol
 
 import torch
@@ -583,8 +583,9 @@ def _slice_limits(
 
 
 def _log_decision(req: TrainRequest, job: JobRecord, decision: Decision, theta: float) -> None:
+    # an abandon is an event worth seeing; "continue" repeats at every slice of a stale job
     log(
-        INFO,
+        INFO if decision.abandon else DEBUG,
         "job %s: global v%s arrived while training from v%s: score %.4f "
         "(R=%.4f, V=%.4f, participated=%s) vs theta %.4f -> %s",
         req.job_id,
