@@ -101,7 +101,7 @@ class FedAsync(SemiAsyncStrategy):
 
     ``x <- (1 - alpha_t) x + alpha_t x_new`` with ``alpha_t = alpha * s(t - tau)``,
     ``s`` polynomial ``(1 + t - tau)^-a``, hinge or constant. ``threshold`` is fixed to 1
-    (every update aggregates); it only sets the nodes to wait for (2).
+    (every update aggregates).
 
     Parameters
     ----------

@@ -92,8 +92,8 @@ class LoopConfig:
     registration_timeout : float (default: 120.0)
         Real seconds to wait for ``min_nodes`` nodes to register before the first round.
     min_nodes : int, optional
-        Nodes to wait for before starting (default: ``threshold + 1``, the fewest with
-        which the count can pass K).
+        Nodes to wait for before starting (default: the fewest that can trigger an
+        aggregation: ``K + 1`` for EdgeStrategy, ``K`` for FedBuff, 1 for FedAsync).
     time_budget : float, optional
         Stop once this many clock seconds have passed since the start.
     max_misses : int (default: 3)

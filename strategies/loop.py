@@ -429,6 +429,8 @@ class SemiAsyncStrategy(Strategy):
         if len(initial_arrays) == 0:
             raise ConfigError("initial_arrays must hold at least one array")
         self.evaluate_fn_given = evaluate_fn is not None
+        self.history.clear()
+        self.events.clear()
         log(INFO, "Starting %s strategy:", type(self).__name__)
         log(INFO, "\t├── Number of rounds (aggregations): %d", num_rounds)
         self.summary()
@@ -492,12 +494,12 @@ class _Run:  # the state of one start() call
         self._check_nodes(node_ids)
         resumed = self._resume(node_ids)
         if not resumed:
-            self._profile(node_ids)
-            self.start_time = self.clock.now()
             metrics = self._evaluate(0, self.global_arrays)
             if metrics is not None:
+                self._check_metric_key(metrics)  # before any message is sent
                 self.result.evaluate_metrics_serverapp[0] = metrics
-                self._check_metric_key(metrics)
+            self._profile(node_ids)
+            self.start_time = self.clock.now()
         self._start_idle_jobs()
         while not self._finished():
             if not self._pump():
@@ -531,7 +533,8 @@ class _Run:  # the state of one start() call
 
     # ================================================================== registration
     def _register(self) -> list[int]:
-        need = self.s.loop.min_nodes or self.s.threshold + 1
+        trigger = next(n for n in range(1, self.s.threshold + 2) if self.s.aggregation_due(n))
+        need = self.s.loop.min_nodes or trigger
         deadline = self.clock.real_now() + self.s.loop.registration_timeout
         while True:
             ids = sorted(int(n) for n in self.grid.get_node_ids())
@@ -541,7 +544,8 @@ class _Run:  # the state of one start() call
         if len(ids) < need:
             raise ConfigError(
                 f"only {len(ids)} nodes registered within {self.s.loop.registration_timeout} s;"
-                f" need at least {need} (min_nodes, default threshold + 1)"
+                f" need at least {need} (min_nodes; default: the fewest that can trigger an "
+                f"aggregation)"
             )
         log(INFO, "%s: %d nodes registered", self.s.name, len(ids))
         return ids
@@ -549,9 +553,11 @@ class _Run:  # the state of one start() call
     def _check_nodes(self, ids: list[int]) -> None:
         s = self.s
         if not s.aggregation_due(len(ids)):
+            relation = "<=" if s.aggregation_due(s.threshold) else "<"
             raise ConfigError(
-                f"threshold K = {s.threshold} must be < the number of nodes ({len(ids)}): "
-                f"the count of updates must be able to pass K"
+                f"threshold K = {s.threshold} must be {relation} the number of nodes "
+                f"({len(ids)}): the count of updates must be able to reach the trigger "
+                f"({s.trigger_text()})"
             )
         if s.shares.max_share_fraction * len(ids) < 1:
             raise ConfigError(

@@ -219,7 +219,15 @@ def test_missing_metric_key_raises_before_any_train_message() -> None:
     )
     with pytest.raises(ConfigError, match="evaluate_fn returned no metric 'f1'"):
         strategy.start(grid, model(0.0), num_rounds=1, evaluate_fn=accuracy_fn())
-    assert not [m for m in grid.pushed if m.metadata.message_type == "train"]
+    assert grid.pushed == []
+
+
+def test_fedbuff_threshold_may_equal_the_number_of_nodes_but_not_exceed_it() -> None:
+    grid = InProcessGrid(ToyEdge(), 4)
+    FedBuff(threshold=4, clock=virtual(), shares=EQUAL).start(grid, model(0.0), num_rounds=1)
+    strategy = FedBuff(threshold=5, clock=virtual(), shares=EQUAL, loop=LoopConfig(min_nodes=4))
+    with pytest.raises(ConfigError, match=r"threshold K = 5 must be <= the number of nodes \(4\)"):
+        strategy.start(InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=1)
 
 
 def test_a_late_update_is_counted_exactly_once_with_its_decayed_weight() -> None:
