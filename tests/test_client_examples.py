@@ -42,10 +42,10 @@ def test_example_apps_train_and_evaluate(app_name: str, task_fn: object) -> None
 
 def test_bundled_loader_needs_the_partition_in_the_node_config() -> None:
     load = examples.bundled_loader("digits")
-    ctx = node_context(5)
+    ctx = node_context(6)  # a node the shared example app has not cached data for
     ctx.node_config = {}
     with pytest.raises(ConfigError, match="node config 'partition-id' must be an int"):
         load(ctx)
     arrays = ArrayRecord(examples.digits_mlp_task().model_fn().state_dict())
-    reply = examples.client_app(instruction(RecordDict({wire.ARRAYS: arrays}), "evaluate", 5), ctx)
+    reply = examples.client_app(instruction(RecordDict({wire.ARRAYS: arrays}), "evaluate", 6), ctx)
     assert "node config 'partition-id' must be an int" in str(reply.error.reason)
