@@ -341,3 +341,40 @@ def test_rebalance_moves_samples_to_faster_nodes(method: str) -> None:
     assert all(abs(later[n] - exact[n]) <= 1.5 for n in exact), later
     # so round 2's updates arrive (almost) together: makespan down from 10 s to ~2.9 s
     assert strategy.history[1].time - strategy.history[0].time < 2.91
+
+
+def test_nodes_without_a_usable_profile_get_equal_shares(caplog: pytest.LogCaptureFixture) -> None:
+    from flwr.app import ConfigRecord, Context, RecordDict
+
+    def bad_profile(msg: Message, ctx: Context) -> Message:
+        if msg.metadata.message_type == wire.PROFILE_MESSAGE_TYPE:
+            rec = ConfigRecord({wire.EVAL_CPU: -1.0, wire.EVAL_GPU: 0.0})
+            return Message(RecordDict({wire.PROFILE: rec}), reply_to=msg)
+        return toy(msg, ctx)
+
+    toy = ToyEdge(evaluations=lambda pid: (1.0 + pid, 0.0, 1.0, 1.0))
+    clock = ManualClock()
+    grid = InProcessGrid(toy, 4, clock=clock)
+    grid.set_app(1003, bad_profile)
+    grid.silence(1004)  # answers nothing, not even the profile query
+    strategy = EdgeStrategy(
+        threshold=1,
+        clock=clock,
+        shares=ShareConfig(total_samples=400, profile_timeout=5.0, rebalance="off"),
+    )
+    with caplog.at_level("WARNING"):
+        strategy.start(grid, model(0.0), num_rounds=1, timeout=30.0)
+    assert "node 1003 gets an equal share: bad profile reply: profile 'evaluation-cpu'" in (
+        caplog.text
+    )
+    assert "node 1004 gets an equal share: no profile reply" in caplog.text
+    shares = {
+        m.metadata.dst_node_id: m.content.config_records[wire.CONFIG][wire.SAMPLE_SHARE]
+        for m in grid.pushed
+        if m.metadata.message_type == "train"
+    }
+    # two of four nodes unprofiled: 100 each; the other 200 split 1 : 2 by match ratio
+    assert shares[1003] == 100
+    assert shares[1004] == 100
+    assert shares[1001] + shares[1002] == 200
+    assert shares[1001] < shares[1002]
