@@ -476,7 +476,12 @@ class _Builder:
             req.values,
             node.last_value,
         )
-        if participated:
+        newer = (
+            node.values_round is None
+            or req.values_round is None
+            or req.values_round >= node.values_round
+        )
+        if participated and newer:  # never overwrite a value with one from older results
             node = replace(node, last_value=value, values_round=req.values_round)
         global_arrays, global_version = state.global_arrays, node.global_version
         if req.arrays is not None and (

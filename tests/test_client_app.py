@@ -368,3 +368,17 @@ def test_client_app_pickles_for_ray_with_empty_caches() -> None:
     assert _ok(client_app(instruction(content, "evaluate", NODE), ctx))[wire.NUM_EXAMPLES] > 0
     clone = cloudpickle.loads(cloudpickle.dumps(client_app))
     assert _ok(clone(instruction(content, "evaluate", NODE), ctx))[wire.NUM_EXAMPLES] > 0
+
+
+def test_older_results_do_not_overwrite_a_newer_value() -> None:
+    app = build_client_app(TASK, availability_fn=lambda: 1.0)
+    ctx = node_context(NODE, run_config={"alpha": 0.0, "theta": 0.5})
+    ids = {wire.VALUE_NODE_IDS: [NODE]}
+    newer = _job(1, 0, **{wire.SAMPLE_SHARE: 16, **ids, wire.VALUES: [0.9], wire.VALUES_ROUND: 5})
+    _ok(app(_msg(newer, _global(0)), ctx))
+    older = _job(2, 1, **{wire.SAMPLE_SHARE: 16, **ids, wire.VALUES: [0.1], wire.VALUES_ROUND: 3})
+    _ok(app(_msg(older, _global(1)), ctx))
+    # job 3 is preempted by v3 with no results for this node: V = last known = 0.9 -> abandon
+    _ok(app(_msg(_job(3, 2, **{wire.SAMPLE_SHARE: 64, wire.SLICE_BUDGET: 1e-9}), _global(2)), ctx))
+    m = _ok(app(_msg(_job(3, 3, **{wire.SLICE_BUDGET: 1e-9}), _global(3)), ctx))
+    assert m[wire.ABANDONED] == 1
