@@ -490,6 +490,7 @@ class _Run:  # the state of one start() call
 
     # ================================================================== top level
     def execute(self) -> Result:
+        self.start_time = self.clock.now()  # times in the history count from here
         node_ids = self._register()
         self._check_nodes(node_ids)
         resumed = self._resume(node_ids)
@@ -499,7 +500,6 @@ class _Run:  # the state of one start() call
                 self._check_metric_key(metrics)  # before any message is sent
                 self.result.evaluate_metrics_serverapp[0] = metrics
             self._profile(node_ids)
-            self.start_time = self.clock.now()
         self._start_idle_jobs()
         while not self._finished():
             if not self._pump():
@@ -1075,7 +1075,7 @@ class _Run:  # the state of one start() call
         weights = tuple(w / total_w for w in combined.weights)
         record = AggregationRecord(
             round=rnd,
-            time=when,
+            time=when - self.start_time,
             participants=tuple(u.node_id for u in updates),
             job_ids=tuple(u.job_id for u in updates),
             base_versions=tuple(u.base_version for u in updates),
@@ -1100,7 +1100,7 @@ class _Run:  # the state of one start() call
             "[%s round %d] t=%.3f participants=%s staleness=%s weights=%s values=%s metric=%s",
             self.s.name,
             rnd,
-            when,
+            record.time,
             list(record.participants),
             list(record.staleness),
             [round(w, 4) for w in weights],
@@ -1254,12 +1254,22 @@ class _Run:  # the state of one start() call
         detail: str = "",
     ) -> None:
         self.s.events.append(
-            JobEvent(self.clock.now(), node.node_id, job_id, kind, version, samples, detail)
+            JobEvent(
+                self.clock.now() - self.start_time,
+                node.node_id,
+                job_id,
+                kind,
+                version,
+                samples,
+                detail,
+            )
         )
 
     def _event_raw(self, node_id: int, job_id: int, kind: EventKind, detail: str) -> None:
         self.s.events.append(
-            JobEvent(self.clock.now(), node_id, job_id, kind, self.version, 0, detail)
+            JobEvent(
+                self.clock.now() - self.start_time, node_id, job_id, kind, self.version, 0, detail
+            )
         )
 
     # ================================================================== checkpoints
@@ -1292,7 +1302,7 @@ class _Run:  # the state of one start() call
             "strategy": self.s.name,
             "version": self.version,
             "clock": self.clock.now(),
-            "start_time": self.start_time,
+            "elapsed": self.clock.now() - self.start_time,
             "jobs": self.job_base + self.jobs,
             "best": self.best,
             "since_best": self.since_best,
@@ -1335,7 +1345,7 @@ class _Run:  # the state of one start() call
         self.global_record = _to_record(self.keys, self.global_arrays)
         self.versions = {self.version: self.global_arrays}
         self.clock.advance_to(float(st["clock"]))
-        self.start_time = float(st["start_time"])
+        self.start_time = self.clock.now() - float(st["elapsed"])  # wall clocks restart
         previous_jobs = int(st["jobs"])
         self.job_base = (previous_jobs // JOB_EPOCH + 1) * JOB_EPOCH
         self.best = st["best"]

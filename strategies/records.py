@@ -259,7 +259,8 @@ class AggregationRecord:
     round : int
         Aggregation number (1-based) = the new global version.
     time : float
-        Clock time of the aggregation (virtual seconds under a virtual clock).
+        Seconds since ``start()`` was called, on the strategy's clock (virtual seconds under
+        a virtual clock), carried on across a resume.
     participants, job_ids, base_versions : tuple[int, ...]
         Per aggregated update, in aggregation order (a node may appear twice).
     staleness : tuple[int, ...]
@@ -338,7 +339,7 @@ class JobEvent:
     Attributes
     ----------
     time : float
-        Clock time (virtual seconds under a virtual clock).
+        Seconds since ``start()`` was called (virtual seconds under a virtual clock).
     node_id : int
         The node.
     job_id : int

@@ -117,3 +117,22 @@ def test_an_unreadable_checkpoint_raises(tmp_path: Path) -> None:
     (tmp_path / STATE_FILE).write_text("{not json")
     with pytest.raises(InputError, match="cannot be read"):
         CheckpointStore(tmp_path).load()
+
+
+def test_wall_clock_times_count_from_the_start_and_carry_on_after_a_resume(
+    tmp_path: Path,
+) -> None:
+    def run(clock: ManualClock, rounds: int, resume: bool) -> EdgeStrategy:
+        grid = InProcessGrid(ToyEdge(), 4, clock=clock, latency=lambda n, m: float(n % 100))
+        strategy = EdgeStrategy(
+            threshold=3, clock=clock, shares=SHARES, checkpoint_dir=tmp_path, resume=resume
+        )
+        strategy.start(grid, model(0.0), num_rounds=rounds)
+        return strategy
+
+    first = run(ManualClock(start=1000.0), 1, resume=False)
+    assert first.history[0].time == pytest.approx(4.0, abs=0.1)  # slowest node: 4 s
+    resumed = run(ManualClock(start=7.0), 2, resume=True)  # another host, another reading
+    assert resumed.history[0].time == first.history[0].time
+    assert resumed.history[1].time > first.history[0].time
+    assert resumed.history[1].time < first.history[0].time + 10.0
