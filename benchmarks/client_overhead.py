@@ -186,14 +186,54 @@ def run(partitions: int, reps: int) -> dict[str, float]:
     }
 
 
+def memory_stages(messages: int) -> None:
+    """Print RSS after each stage of a fresh client process (run it as its own process)."""
+    from flwr.app import ArrayRecord, ConfigRecord, RecordDict
+
+    from clients.data import load_partition
+    from clients.examples import client_app
+    from clients.testing import instruction, node_context
+    from flower_edge import wire
+    from flower_edge.models import MLP
+
+    proc = psutil.Process()
+
+    def show(stage: str) -> None:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"| {stage} | {proc.memory_info().rss / 2**20:.0f} | {peak:.0f} |")
+
+    print("| stage | RSS MiB | peak MiB |")
+    print("|---|---|---|")
+    show("torch + flwr + clients imported")
+    load_partition("digits", 0, 20)
+    show("digits partition loaded (datasets, flwr-datasets, scikit-learn)")
+    ctx = node_context(1, num_partitions=20)
+    arrays = ArrayRecord(MLP().state_dict())
+    for done in range(1, messages + 1):
+        cfg = ConfigRecord({wire.JOB_ID: done, wire.GLOBAL_VERSION: 0})
+        content = RecordDict({wire.CONFIG: cfg, wire.ARRAYS: arrays})
+        client_app(instruction(content, "train", 1), ctx)
+        if done in (1, messages // 2, messages):
+            show(f"after {done} train messages (one local epoch each)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--partitions", type=int, nargs="+", default=[1, 5, 20])
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--rounds", type=int, default=30, help="rounds to amortise the profile")
     parser.add_argument("--skip-profile", action="store_true")
+    parser.add_argument(
+        "--memory", type=int, metavar="N", help="only: RSS by stage of a client, N messages"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.memory:
+        print(f"# client memory, {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC")
+        print(f"command: {' '.join([os.path.basename(sys.executable), *sys.argv])}")
+        print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        memory_stages(args.memory)
+        return 0
     load0 = os.getloadavg()
     print(f"# client overhead, {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC")
     print(f"command: {' '.join([os.path.basename(sys.executable), *sys.argv])}")
