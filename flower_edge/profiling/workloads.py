@@ -13,7 +13,7 @@ workload           resource  what one sample costs
 ``gpu-dense``      gpu       as ``cpu-dense`` on CUDA, batch 256
 ``gpu-conv``       gpu       as ``cpu-conv`` on CUDA, batch 128
 ``memory-copy``    memory    NCHW -> NHWC strided copy of a 3x32x32 float32 sample (12 KiB)
-``memory-gather``  memory    shuffled gather of a 3x32x32 float32 sample into a batch
+``memory-gather``  memory    gather of a 3x32x32 float32 sample in a fixed shuffled order
 ``disk-small``     disk      a 3x32x32 uint8 sample in 48 KiB shards: write, fsync, read back
 ``disk-large``     disk      the same in 768 KiB shards (16 and 256 samples per shard)
 =================  ========  ==========================================================
