@@ -707,6 +707,14 @@ class _Run:  # the state of one start() call
         )
         for node, share in zip(chosen, allocation.samples, strict=True):
             node.share = int(share)
+        log(
+            INFO,
+            "%s: rebalanced (%s): shares %s, predicted makespan %.3f s",
+            self.s.name,
+            method,
+            {n.node_id: n.share for n in chosen},
+            allocation.makespan,
+        )
 
     # ================================================================== sending
     def _start_idle_jobs(self) -> None:

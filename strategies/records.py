@@ -133,8 +133,8 @@ def _only_record(records: dict[str, Any], key: str, kind: str) -> Any:
 
 
 def arrays_from_record(record: ArrayRecord, keys: Sequence[str]) -> tuple[NDArray, ...]:
-    """Return the arrays of ``record`` in the order of ``keys``; raise InputError if they differ."""
-    if list(record.keys()) != list(keys):
+    """Return the arrays of ``record`` in ``keys`` order; raise InputError if the names differ."""
+    if set(record.keys()) != set(keys) or len(record) != len(keys):
         raise InputError(
             f"array names differ from the global model's ({len(record)} arrays, "
             f"expected {len(keys)}; first names {list(record.keys())[:3]})"

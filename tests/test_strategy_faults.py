@@ -393,3 +393,14 @@ def test_a_node_that_registers_later_joins_with_the_median_share(
     assert "node 1005 joined: share 100 (the median)" in caplog.text
     assert any(1005 in h.participants for h in strategy.history)
     assert min(e.time for e in strategy.events if e.node_id == 1005) >= joined[0]
+
+
+def test_arrays_in_another_order_are_read_by_name() -> None:
+    from strategies.records import arrays_from_record
+
+    record = ArrayRecord(
+        {"steps": Array(np.array([3], np.int64)), "w": Array(np.ones(3, np.float32))}
+    )
+    w, steps = arrays_from_record(record, ["w", "steps"])
+    assert w.shape == (3,)
+    assert steps.tolist() == [3]
