@@ -410,13 +410,15 @@ class _Builder:
         timer = self.timer_fn(ctx) if self.timer_fn is not None else None
         train, _ = self.data(ctx)
         if req.job_id is None:
-            return self.train_plain(msg, req, s, train, ctx.node_id, timer)
+            return self.train_plain(msg, req, s, train, _stream_node(ctx), timer)
         if req.global_version is None:
             raise InputError(f"config {wire.GLOBAL_VERSION!r} is required with {wire.JOB_ID!r}")
         if timer is not None and req.send_time is None:
             raise InputError(f"config {wire.SEND_TIME!r} is required under a virtual clock")
         state = load_state(ctx.state)
-        node_state, content = self.train_job(req, s, train, ctx.node_id, state, timer)
+        node_state, content = self.train_job(
+            req, s, train, (ctx.node_id, _stream_node(ctx)), state, timer
+        )
         save_state(ctx.state, node_state)
         return Message(content, reply_to=msg)
 
@@ -461,11 +463,16 @@ class _Builder:
         req: TrainRequest,
         s: ClientSettings,
         train: Dataset[Any],
-        node_id: int,
+        nodes: tuple[int, int],
         state: NodeState,
         timer: DeviceTimer | None,
     ) -> tuple[NodeState, RecordDict]:
-        """Advance the job of ``req`` by one slice; return the new state and the reply."""
+        """Advance the job of ``req`` by one slice; return the new state and the reply.
+
+        ``nodes`` is ``(node id, stream node)``: the id the server values, and the identity
+        that seeds the sample order (see :func:`_stream_node`).
+        """
+        node_id, stream_node = nodes
         if req.job_id is None or req.global_version is None:
             raise InputError(f"config {wire.JOB_ID!r} and {wire.GLOBAL_VERSION!r} are required")
         node = state.node
@@ -514,11 +521,11 @@ class _Builder:
                     f"(it holds {global_version})"
                 )
             share = s.local_epochs * sized(train) if share is None else share
-            job = self.start_job(req.job_id, req.global_version, share, offered, s, node_id)
+            job = self.start_job(req.job_id, req.global_version, share, offered, s, stream_node)
 
         grant, deadline = _slice_limits(req, timer, job.record.credit)
         credit_before = job.record.credit
-        job, result = self.run_slice(job, train, s, node_id, grant=grant, deadline=deadline)
+        job, result = self.run_slice(job, train, s, stream_node, grant=grant, deadline=deadline)
         r = job.record
         done = r.position >= r.share or sized(train) == 0
 
@@ -603,6 +610,18 @@ def _log_decision(req: TrainRequest, job: JobRecord, decision: Decision, theta: 
         theta,
         "abandon" if decision.abandon else "continue",
     )
+
+
+def _stream_node(ctx: Context) -> int:
+    """Return the identity that seeds a node's sample order: its partition id when set.
+
+    Flower draws node ids at random for every run; the partition id (set by the simulation
+    engine, or ``--node-config``) keeps runs reproducible. Without one, the node id.
+    """
+    pid = ctx.node_config.get(wire.PARTITION_ID)
+    if isinstance(pid, int) and not isinstance(pid, bool):
+        return pid
+    return ctx.node_id
 
 
 def _as_uint64(node_id: int) -> int:

@@ -4,7 +4,8 @@ Local training runs on a deterministic *sample stream*: the node's training samp
 seeded permutation per epoch, epochs concatenated as needed. A job of ``share`` samples consumes
 the first ``share`` samples of its stream in batches of ``batch_size``; batch ``k`` always covers
 stream positions ``[k*B, min((k+1)*B, share))``, so a job trained in several slices sees exactly
-the batches of a job trained at once. The stream depends only on (seed, node, job key).
+the batches of a job trained at once. The stream depends only on (seed, node, job key); the
+ClientApp uses the node's partition id as "node" when it has one (node ids are random per run).
 """
 
 from __future__ import annotations

@@ -244,3 +244,25 @@ def test_positional_arrays_from_a_numpy_list_are_accepted() -> None:
         node_context(NODE),
     )
     assert _metrics(reply)[wire.DONE] == 1
+
+
+def test_sample_order_follows_the_partition_not_the_random_node_id() -> None:
+    cfg = {wire.JOB_ID: 3, wire.GLOBAL_VERSION: 0, wire.SAMPLE_SHARE: 48}
+    app = build_client_app(_task())
+
+    def trained(node_id: int, partition: int) -> dict[str, torch.Tensor]:
+        ctx = node_context(node_id, partition_id=partition, num_partitions=2)
+        return _weights(
+            app(
+                instruction(
+                    RecordDict({wire.CONFIG: ConfigRecord(cfg), wire.ARRAYS: _global()}),
+                    "train",
+                    node_id,
+                ),
+                ctx,
+            )
+        )
+
+    a, b, c = trained(11, 0), trained(2**63 + 99, 0), trained(11, 1)
+    assert all(torch.equal(a[k], b[k]) for k in a)  # same partition, another run's node id
+    assert not all(torch.equal(a[k], c[k]) for k in a)  # same data, another partition
