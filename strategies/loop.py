@@ -834,6 +834,15 @@ class _Run:  # the state of one start() call
                 reply = parse_train_reply(msg, self.keys)
             except InputError as exc:
                 reason = str(exc)
+        if (
+            reply is not None
+            and not reply.done
+            and self.clock.is_virtual
+            and not (reply.virtual_seconds or 0.0) > 0.0
+        ):
+            # slices that take no virtual time would never let the clock move on
+            reason = f"progress report without {wire.VIRTUAL_SECONDS} > 0 under a virtual clock"
+            reply = None
         when = self._event_time(sent, reply)
         self._schedule(when, 0, _ReplyEvent(sent, reply, reason))
 

@@ -404,3 +404,21 @@ def test_arrays_in_another_order_are_read_by_name() -> None:
     w, steps = arrays_from_record(record, ["w", "steps"])
     assert w.shape == (3,)
     assert steps.tolist() == [3]
+
+
+def test_zero_time_progress_under_a_virtual_clock_is_rejected_not_a_livelock() -> None:
+    def spinner(msg: Message, ctx: Context) -> Message:
+        metrics = _protocol(msg, **{wire.DONE: 0, wire.VIRTUAL_SECONDS: 0.0})
+        return _reply(msg, None, metrics)
+
+    grid = InProcessGrid(ToyEdge(), 5)
+    grid.set_app(1005, spinner)
+    strategy = EdgeStrategy(
+        threshold=2, clock=virtual(), shares=EQUAL, loop=LoopConfig(slice_budget=1.0)
+    )
+    strategy.start(grid, model(0.0), num_rounds=3)
+    assert len(strategy.history) == 3
+    assert any(
+        e.kind == "rejected" and e.node_id == 1005 and "virtual-seconds > 0" in e.detail
+        for e in strategy.events
+    )
