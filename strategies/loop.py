@@ -1019,6 +1019,7 @@ class _Run:  # the state of one start() call
 
     def _on_progress(self, node: _Node, job: _Job, reply: TrainReply) -> None:
         base = int(reply.base_version or 0)
+        node.late = False  # lateness is per message: the next slice has its own deadline
         if reply.abandoned:
             job.abandoned += 1
             self.abandoned_total += 1
