@@ -625,7 +625,7 @@ class _Run:  # the state of one start() call
         total = cfg.total_samples
         if total is None:
             total = round(sum(reported) / len(reported) * n) if reported else 0
-        cap = max(1, math.floor(cfg.max_share_fraction * total)) if total else None
+        cap = max(1, math.ceil(cfg.max_share_fraction * total)) if total else None
         profiled = [i for i in ids if i in profiles]
         ratios_by_node: dict[int, float] = {}
         if profiled:
@@ -700,7 +700,7 @@ class _Run:  # the state of one start() call
         if len(chosen) < 2:
             return
         total = sum(n.share for n in self.nodes.values() if not n.gone)
-        cap = max(1, math.floor(self.s.shares.max_share_fraction * total))
+        cap = max(1, math.ceil(self.s.shares.max_share_fraction * total))
         shares = [n.share for n in chosen]
         allocation = rebalance(
             shares, models, method=method, capacities=[max(cap, s) for s in shares]

@@ -378,3 +378,21 @@ def test_nodes_without_a_usable_profile_get_equal_shares(caplog: pytest.LogCaptu
     assert shares[1004] == 100
     assert shares[1001] + shares[1002] == 200
     assert shares[1001] < shares[1002]
+
+
+def test_the_share_cap_rounds_up_so_the_shares_always_add_up() -> None:
+    grid = InProcessGrid(ToyEdge(), 3)
+    strategy = EdgeStrategy(
+        threshold=2,
+        clock=virtual(),
+        shares=ShareConfig(
+            profile=False, total_samples=10, max_share_fraction=0.34, rebalance="off"
+        ),
+    )
+    strategy.start(grid, model(0.0), num_rounds=1)
+    shares = [
+        m.content.config_records[wire.CONFIG][wire.SAMPLE_SHARE]
+        for m in grid.pushed
+        if m.content.config_records[wire.CONFIG][wire.GLOBAL_VERSION] == 0
+    ]
+    assert sorted(shares) == [3, 3, 4]  # type: ignore[type-var]
