@@ -426,3 +426,28 @@ def test_a_failing_disk_is_reported_absent_and_cleaned_up(
     assert disk.reason == "disk workload failed: [Errno 28] No space left on device"
     assert report.resources["cpu"].available
     assert list(tmp_path.iterdir()) == []
+
+
+def test_filesystem_type_picks_the_longest_mount_point(monkeypatch: pytest.MonkeyPatch) -> None:
+    parts = [
+        SimpleNamespace(mountpoint="/", fstype="ext4"),
+        SimpleNamespace(mountpoint="/data", fstype="xfs"),
+        SimpleNamespace(mountpoint="/data/fast", fstype="tmpfs"),
+        SimpleNamespace(mountpoint="/dat", fstype="nfs"),
+    ]
+    monkeypatch.setattr(probe_mod, "psutil", SimpleNamespace(disk_partitions=lambda all: parts))
+    assert probe_mod.filesystem_type("/data/x/y") == "xfs"
+    assert probe_mod.filesystem_type("/data/fast") == "tmpfs"
+    assert probe_mod.filesystem_type("/database") == "ext4"  # /dat is no folder prefix of it
+
+
+def test_a_disk_dir_in_memory_is_rated_with_a_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(probe_mod, "filesystem_type", lambda path: "tmpfs")
+    report = HostProbe(tmp_path).profile("quick")
+    disk = report.resources["disk"]
+    assert disk.available
+    assert disk.reason is not None
+    assert disk.reason.startswith(f"{tmp_path} is on tmpfs (memory, not a disk): pass a folder")
+    assert check_contract(report.to_dict()) == []

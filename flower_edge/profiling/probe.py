@@ -66,9 +66,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PLANS",
+    "MEMORY_FILESYSTEMS",
     "TEMP_PREFIX",
     "HostProbe",
     "ProfilePlan",
+    "filesystem_type",
     "host_facts",
     "measure_workload",
     "profile_host",
@@ -334,6 +336,31 @@ def _torch_threads(count: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+#: file systems that keep files in memory: a disk rating there measures memory
+MEMORY_FILESYSTEMS: Final = frozenset({"tmpfs", "ramfs", "devtmpfs"})
+
+
+def filesystem_type(path: str | Path) -> str | None:
+    """Return the type of the file system holding ``path`` (``"ext4"``, ``"tmpfs"``, ...).
+
+    The mount point that is the longest prefix of the resolved path wins; ``None`` when psutil
+    cannot tell.
+    """
+    target = Path(path).resolve()
+    best: tuple[int, str] | None = None
+    try:
+        partitions = psutil.disk_partitions(all=True)
+    except (OSError, RuntimeError):  # pragma: no cover - platform dependent
+        return None
+    for part in partitions:
+        mount = Path(part.mountpoint)
+        if target == mount or mount in target.parents:
+            depth = len(mount.parts)
+            if best is None or depth >= best[0]:
+                best = (depth, part.fstype)
+    return best[1] if best else None
+
+
 def _check_disk_dir(disk_dir: str | Path | None) -> Path:
     if disk_dir is None:
         return Path(tempfile.gettempdir())
@@ -500,6 +527,14 @@ class HostProbe:
             ]
         )
         small, large = plan.disk_shard_samples
+        fstype = filesystem_type(temp)
+        note = None
+        if fstype in MEMORY_FILESYSTEMS:
+            note = (
+                f"{self.disk_dir} is on {fstype} (memory, not a disk): "
+                "pass a folder on the disk (--disk-dir) to rate the disk"
+            )
+            logger.log(WARNING, "%s", note)
         try:
             out["disk"] = ResourceReport.from_workloads(
                 [
@@ -515,7 +550,8 @@ class HostProbe:
                         DiskCounter(),
                         large,
                     ),
-                ]
+                ],
+                note,
             )
         except OSError as exc:  # disk full, quota, I/O error: the node cannot use this disk
             logger.log(WARNING, "disk workload failed in %s: %s", temp, exc)
