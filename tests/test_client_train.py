@@ -6,6 +6,8 @@ from typing import Any
 import pytest
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
@@ -266,3 +268,25 @@ def test_sample_order_follows_the_partition_not_the_random_node_id() -> None:
     a, b, c = trained(11, 0), trained(2**63 + 99, 0), trained(11, 1)
     assert all(torch.equal(a[k], b[k]) for k in a)  # same partition, another run's node id
     assert not all(torch.equal(a[k], c[k]) for k in a)  # same data, another partition
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 40),
+    start=st.integers(0, 120),
+    count=st.integers(0, 120),
+    cut=st.integers(0, 120),
+)
+def test_stream_is_consistent_however_it_is_cut(n: int, start: int, count: int, cut: int) -> None:
+    key = stream_key(3, 5, 8)
+    whole = stream_indices(key, start, count, n)
+    k = min(cut, count)
+    parts = torch.cat(
+        [stream_indices(key, start, k, n), stream_indices(key, start + k, count - k, n)]
+    )
+    assert torch.equal(whole, parts)
+    assert len(whole) == count
+    # every epoch of the stream is a permutation of the local samples
+    epochs = stream_indices(key, 0, 3 * n, n).view(3, n)
+    for row in epochs:
+        assert sorted(row.tolist()) == list(range(n))
