@@ -135,7 +135,9 @@ def decide(
     Returns
     -------
     Decision
-        The score and whether to abandon (``score >= theta``, ties abandon).
+        The score and whether to abandon (``score >= theta``). Ties abandon; a score within
+        a relative 1e-12 of ``theta`` counts as a tie, so that rounding in the weighted mean
+        (``0.2 * 0.3 + 0.8 * 0.7 = 0.6199999999999999``) does not flip a hand-set threshold.
 
     Raises
     ------
