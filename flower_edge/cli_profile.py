@@ -157,6 +157,8 @@ def format_report(report: ProfileReport) -> str:
                 f"{head}  {w.name:<14} {w.samples:>8d} {w.seconds:>8.4f} "
                 f"{w.utilization:>5.2f} {w.intensity:>14.1f}"
             )
+        if res.reason:
+            lines.append(f"{'':<23}  note: {res.reason}")
     return "\n".join(lines)
 
 

@@ -19,6 +19,7 @@ import pytest
 from test_profiling_contract import check_contract
 
 from flower_edge.cli import main
+from flower_edge.cli_profile import format_report
 from flower_edge.errors import ConfigError, InputError
 from flower_edge.profiling import PLANS, HostProbe, ProfilePlan, ProfileReport, profile_host
 from flower_edge.profiling import gpu as gpu_mod
@@ -451,3 +452,6 @@ def test_a_disk_dir_in_memory_is_rated_with_a_note(
     assert disk.reason is not None
     assert disk.reason.startswith(f"{tmp_path} is on tmpfs (memory, not a disk): pass a folder")
     assert check_contract(report.to_dict()) == []
+    table = format_report(report).splitlines()
+    note = table.index(next(line for line in table if "note:" in line))
+    assert table[note - 1].lstrip().startswith("disk-large")
