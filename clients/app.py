@@ -39,10 +39,10 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from logging import DEBUG, INFO, WARNING
-from typing import Any, Literal, Protocol
+from typing import Any
 
 import torch
 from flwr.app import (
@@ -87,12 +87,11 @@ from clients.task import (
 from flower_edge import wire
 from flower_edge.decision import Decision, decide, node_value
 from flower_edge.errors import FlowerEdgeError, InputError, ProfilingError
+from flower_edge.profiling.report import ResourceProbe
 from flower_edge.timing import DeviceTimer
 
 __all__ = [
     "ERROR_CODE",
-    "ProfileLike",
-    "ResourceProbeLike",
     "build_client_app",
     "host_availability",
 ]
@@ -100,27 +99,6 @@ __all__ = [
 #: code of the error replies sent for bad input (Flower's "ClientApp raised an exception")
 ERROR_CODE: int = ErrorCode.CLIENT_APP_RAISED_EXCEPTION
 _DATA_CACHE_SIZE = 256
-
-
-class ProfileLike(Protocol):
-    """What the client needs of a profiling report (``flower_edge.profiling.ProfileReport``)."""
-
-    @property
-    def evaluations(self) -> Mapping[str, float]:
-        """Return ``N_r`` by resource name (``cpu``, ``gpu``, ``memory``, ``disk``)."""
-        ...
-
-    def to_json(self) -> str:
-        """Return the full report as JSON."""
-        ...
-
-
-class ResourceProbeLike(Protocol):
-    """What the client needs of a resource probe (``flower_edge.profiling.ResourceProbe``)."""
-
-    def profile(self, mode: Literal["quick", "full"]) -> ProfileLike:
-        """Run the benchmark (``"quick"`` or ``"full"``) and return a report."""
-        ...
 
 
 def host_availability() -> float:
@@ -137,11 +115,10 @@ def host_availability() -> float:
     return min(1.0, max(0.0, idle * free))
 
 
-def _default_probe(_: Context) -> ResourceProbeLike:
+def _default_probe(_: Context) -> ResourceProbe:
     from flower_edge.profiling import HostProbe
 
-    probe: ResourceProbeLike = HostProbe()
-    return probe
+    return HostProbe()
 
 
 def _error_reply(msg: Message, exc: Exception) -> Message:
@@ -210,7 +187,7 @@ class _Builder:
         self,
         task: Task,
         timer_fn: Callable[[Context], DeviceTimer] | None,
-        probe_fn: Callable[[Context], ResourceProbeLike] | None,
+        probe_fn: Callable[[Context], ResourceProbe] | None,
         availability_fn: Callable[[], float] | None,
     ) -> None:
         self.task = task
@@ -638,7 +615,7 @@ def build_client_app(
     task: Task,
     *,
     timer_fn: Callable[[Context], DeviceTimer] | None = None,
-    probe_fn: Callable[[Context], ResourceProbeLike] | None = None,
+    probe_fn: Callable[[Context], ResourceProbe] | None = None,
     availability_fn: Callable[[], float] | None = None,
 ) -> ClientApp:
     """Build the flower-edge ClientApp around a user's task.
