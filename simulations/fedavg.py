@@ -65,7 +65,6 @@ class VirtualFedAvg(FedAvg):
         config[wire.SEND_TIME] = self._round_start
         config[wire.SERVER_ROUND] = server_round
         config[wire.GLOBAL_VERSION] = server_round - 1
-        config[wire.JOB_ID] = server_round
         return super().configure_train(server_round, arrays, config, grid)
 
     def aggregate_train(

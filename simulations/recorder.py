@@ -3,8 +3,16 @@
 :class:`RecordingGrid` delegates every call to the Grid it wraps (Flower's simulation grid, or
 ``strategies.inprocess.InProcessGrid``) and notes, per train message, its node and virtual
 send time (:data:`flower_edge.wire.SEND_TIME`), and per reply the metrics the client reports
-(virtual duration, samples processed, done, abandoned). It never changes a message, so any
-strategy runs through it unchanged.
+(virtual duration, samples processed, done, abandoned). It never changes a message's content, so
+any strategy runs through it unchanged.
+
+Stable node ids (``stable_ids=True``, simulations): Flower's simulation engine gives its
+SuperNodes random 64-bit ids, different in every run, and a strategy that sorts or numbers
+nodes by id (job ids, tie breaks) would then make different choices in every run. Before
+the first call, the grid asks every node its partition id (a ``query.partition`` message,
+answered by the simulation ClientApp) and from then on shows the strategy the id
+``partition id + 1`` of each node, translating destinations on the way out and sources on
+the way back. The history of a seed is then the same in every run and on every engine.
 
 Accounting
 ----------
@@ -28,9 +36,20 @@ from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 
 from flower_edge import wire
+from flower_edge.errors import ConfigError, FlowerEdgeError
 from strategies.clock import Clock, WallClock
 
-__all__ = ["RecordingGrid", "SliceRecord", "WorkLedger"]
+__all__ = [
+    "PARTITION_ACTION",
+    "PARTITION_MESSAGE_TYPE",
+    "RecordingGrid",
+    "SliceRecord",
+    "WorkLedger",
+]
+
+#: action of the simulation ClientApp's partition query (``@app.query(PARTITION_ACTION)``)
+PARTITION_ACTION = "partition"
+PARTITION_MESSAGE_TYPE = f"query.{PARTITION_ACTION}"
 
 
 @dataclass(frozen=True)
@@ -71,6 +90,8 @@ class WorkLedger:
     #: slice indices of delivered updates (finished jobs)
     delivered_slices: set[int] = field(default_factory=set)
     abandoned_jobs: int = 0
+    #: node id -> partition id, when replies report it (simulations)
+    partitions: dict[int, int] = field(default_factory=dict)
     _job_samples: dict[int, int] = field(default_factory=dict)
 
     def add(self, node_id: int, start: float, metrics: Mapping[str, object] | None) -> None:
@@ -84,6 +105,9 @@ class WorkLedger:
             return reported.get(key, default)
 
         seconds = _number(get(wire.VIRTUAL_SECONDS, 0.0))
+        partition = get(wire.PARTITION_ID, None)
+        if isinstance(partition, int) and not isinstance(partition, bool):
+            self.partitions[node_id] = partition
         done = bool(_number(get(wire.DONE, 1)))
         abandoned = bool(_number(get(wire.ABANDONED, 0)))
         cumulative = int(_number(get(wire.SAMPLES_PROCESSED, get(wire.NUM_EXAMPLES, 0))))
@@ -140,14 +164,75 @@ class RecordingGrid(Grid):
     """
 
     def __init__(
-        self, inner: Grid, clock: Clock | None = None, poll_interval: float = 0.02
+        self,
+        inner: Grid,
+        clock: Clock | None = None,
+        poll_interval: float = 0.02,
+        *,
+        stable_ids: bool = False,
+        num_nodes: int | None = None,
+        discover_timeout: float = 300.0,
     ) -> None:
+        if stable_ids and (num_nodes is None or num_nodes < 1):
+            raise ConfigError(f"stable_ids needs num_nodes >= 1, got {num_nodes!r}")
         self.inner = inner
         self.clock: Clock = WallClock() if clock is None else clock
         self.poll_interval = poll_interval
         self.ledger = WorkLedger()
+        self.stable_ids = stable_ids
+        self.num_nodes = num_nodes
+        self.discover_timeout = discover_timeout
+        self._to_real: dict[int, int] | None = None
+        self._to_stable: dict[int, int] = {}
         self._sent: dict[str, tuple[int, float]] = {}
         self._lock = threading.Lock()
+
+    # ------------------------------------------------------------ stable ids
+    def _discover(self) -> dict[int, int]:
+        """Ask every node its partition id; return stable id -> real node id."""
+        if self._to_real is not None:
+            return self._to_real
+        from flwr.app import ConfigRecord
+
+        assert self.num_nodes is not None
+        deadline = self.clock.real_now() + self.discover_timeout
+        while len(ids := sorted(int(n) for n in self.inner.get_node_ids())) < self.num_nodes:
+            if self.clock.real_now() >= deadline:
+                raise FlowerEdgeError(
+                    f"only {len(ids)} of {self.num_nodes} nodes registered within "
+                    f"{self.discover_timeout:.0f} s"
+                )
+            self.clock.sleep(self.poll_interval)
+        queries = [
+            Message(RecordDict({wire.CONFIG: ConfigRecord()}), n, PARTITION_MESSAGE_TYPE)
+            for n in ids
+        ]
+        pending = set(self.inner.push_messages(queries))
+        mapping: dict[int, int] = {}
+        while pending and self.clock.real_now() < deadline:
+            got = list(self.inner.pull_messages(pending))
+            pending.difference_update(m.metadata.reply_to_message_id for m in got)
+            for reply in got:
+                real = int(reply.metadata.src_node_id)
+                metrics = (
+                    reply.content.metric_records.get(wire.METRICS)
+                    if not reply.has_error()
+                    else None
+                )
+                pid = None if metrics is None else metrics.get(wire.PARTITION_ID)
+                if not isinstance(pid, int):
+                    raise FlowerEdgeError(f"node {real} did not report its partition id")
+                mapping[pid + 1] = real
+            if pending and not got:
+                self.clock.sleep(self.poll_interval)
+        if pending or len(mapping) != len(ids):
+            raise FlowerEdgeError(
+                f"{len(pending)} of {len(ids)} nodes did not report their partition id in time, "
+                "or two reported the same"
+            )
+        self._to_real = mapping
+        self._to_stable = {real: stable for stable, real in mapping.items()}
+        return mapping
 
     # ------------------------------------------------------------ delegation
     def set_run(self, run: Run) -> None:
@@ -171,27 +256,62 @@ class RecordingGrid(Grid):
         return Message(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
 
     def get_node_ids(self) -> Iterable[int]:
-        """Return the wrapped grid's node ids."""
-        return self.inner.get_node_ids()
+        """Return the wrapped grid's node ids (stable ids when enabled)."""
+        if not self.stable_ids:
+            return self.inner.get_node_ids()
+        mapping = self._discover()
+        alive = {int(n) for n in self.inner.get_node_ids()}
+        return [stable for stable, real in sorted(mapping.items()) if real in alive]
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         """Push through the wrapped grid, noting each train message's node and send time."""
         messages = list(messages)
-        ids = list(self.inner.push_messages(messages))
+        if self.stable_ids:
+            ids = self._push_translated(messages)
+        else:
+            ids = list(self.inner.push_messages(messages))
         by_id = {m.metadata.message_id: m for m in messages}
         with self._lock:
             for msg_id in ids:
-                msg = by_id.get(msg_id)
-                if msg is None or msg.metadata.message_type != MessageType.TRAIN:
+                msg_or_none = by_id.get(msg_id)
+                if msg_or_none is None or msg_or_none.metadata.message_type != MessageType.TRAIN:
                     continue
+                msg = msg_or_none
                 config = msg.content.config_records.get(wire.CONFIG)
                 start = _number(config.get(wire.SEND_TIME, 0.0)) if config is not None else 0.0
                 self._sent[msg_id] = (msg.metadata.dst_node_id, start)
         return ids
 
+    def _push_translated(self, messages: list[Message]) -> list[str]:
+        """Push copies addressed to the real node ids; give the originals the copies' ids.
+
+        The wrapped grid may keep the pushed objects (Flower's in-memory link state does),
+        so the originals, addressed to stable ids, are never pushed themselves.
+        """
+        mapping = self._discover()
+        copies = [
+            Message(
+                m.content,
+                mapping.get(m.metadata.dst_node_id, 0),  # unknown: node 0, which is refused
+                m.metadata.message_type,
+                ttl=m.metadata.ttl,
+                group_id=m.metadata.group_id,
+            )
+            for m in messages
+        ]
+        ids = list(self.inner.push_messages(copies))
+        for original, copy in zip(messages, copies, strict=True):
+            # Metadata has no setter for the id; the grid set the copy's the same way
+            original.metadata.__dict__["_message_id"] = copy.metadata.message_id
+        return ids
+
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
         """Pull through the wrapped grid, recording each train reply."""
         replies = list(self.inner.pull_messages(message_ids))
+        if self.stable_ids:
+            for reply in replies:  # Metadata has no setter for the source; set the field
+                src = int(reply.metadata.src_node_id)
+                reply.metadata.__dict__["_src_node_id"] = self._to_stable.get(src, src)
         with self._lock:
             for reply in replies:
                 sent = self._sent.pop(reply.metadata.reply_to_message_id, None)

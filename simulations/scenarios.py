@@ -14,7 +14,7 @@ Every scenario can be resized (``clients``) and made more or less heterogeneous
 :func:`resolve_scenario`, which validates everything *before* any engine starts.
 
 Round budgets: strategies aggregate different numbers of updates per round (FedAvg one per
-client, FedBuff and the edge strategy ``K + 1``, FedAsync one), so a scenario fixes a budget of
+client, FedBuff ``K``, the edge strategy ``K + 1``, FedAsync one), so a scenario fixes a budget of
 client *updates* and :meth:`Scenario.rounds_for` turns it into rounds per strategy: the
 strategies are compared at roughly equal client work.
 """
@@ -45,7 +45,7 @@ Partition = Literal["iid", "dirichlet"]
 PARTITIONS: tuple[str, ...] = get_args(Partition)
 
 #: training samples of each bundled data set (the partitioners split these)
-DATASET_SIZES: dict[str, int] = {"digits": 1437, "mnist1d": 8000}
+DATASET_SIZES: dict[str, int] = {"digits": 1438, "mnist1d": 4000}
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class Scenario:
         Local mini-batch size.
     learning_rate : float
         Local SGD learning rate.
-    local_epochs : float
+    local_epochs : int
         Local passes over a node's data per job (its sample share scales this).
     slice_budget : float
         Virtual seconds of training per train message (0 = one message per job).
@@ -112,7 +112,7 @@ class Scenario:
     update_budget: int
     batch_size: int
     learning_rate: float
-    local_epochs: float
+    local_epochs: int
     slice_budget: float
     min_client_samples: int = 8
 
@@ -184,7 +184,9 @@ class Scenario:
             return self.num_clients
         if strategy == "fedasync":
             return 1
-        return self.threshold + 1
+        if strategy == "fedbuff":  # FedBuff aggregates a full buffer of K
+            return self.threshold
+        return self.threshold + 1  # the seed: more than K
 
     def rounds_for(self, strategy: StrategyName) -> int:
         """Return the aggregations that fit the scenario's update budget for ``strategy``."""
@@ -207,11 +209,11 @@ SCENARIOS: dict[str, Scenario] = {
         mean_offline=15.0,
         threshold=4,
         target_accuracy=0.9,
-        update_budget=300,
-        batch_size=16,
-        learning_rate=0.05,
-        local_epochs=1.0,
-        slice_budget=2.0,
+        update_budget=200,
+        batch_size=8,
+        learning_rate=0.1,
+        local_epochs=2,
+        slice_budget=0.25,
     ),
     "mnist1d-100": Scenario(
         name="mnist1d-100",
@@ -231,7 +233,7 @@ SCENARIOS: dict[str, Scenario] = {
         update_budget=2000,
         batch_size=16,
         learning_rate=0.05,
-        local_epochs=1.0,
+        local_epochs=1,
         slice_budget=10.0,
     ),
 }
