@@ -93,6 +93,9 @@ class Task:
 
     def __post_init__(self) -> None:
         """Validate the defaults."""
+        for name in ("model_fn", "load_data", "loss_fn"):
+            if not callable(getattr(self, name)):
+                raise ConfigError(f"{name} must be callable, got {getattr(self, name)!r}")
         if not (_is_real(self.learning_rate) and self.learning_rate > 0):
             raise ConfigError(f"learning_rate must be > 0, got {self.learning_rate!r}")
         for name in ("batch_size", "local_epochs", "eval_batch_size"):

@@ -290,3 +290,24 @@ def test_stream_is_consistent_however_it_is_cut(n: int, start: int, count: int, 
     epochs = stream_indices(key, 0, 3 * n, n).view(3, n)
     for row in epochs:
         assert sorted(row.tolist()) == list(range(n))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"model_fn": None}, "model_fn must be callable, got None"),
+        ({"learning_rate": 0.0}, "learning_rate must be > 0, got 0.0"),
+        ({"batch_size": 0}, "batch_size must be an int >= 1, got 0"),
+        ({"local_epochs": 1.5}, "local_epochs must be an int >= 1, got 1.5"),
+        ({"optimizer": "lbfgs"}, "optimizer must be one of sgd, adam, got 'lbfgs'"),
+        ({"momentum": 1.0}, r"momentum must be in \[0, 1\), got 1.0"),
+        ({"weight_decay": -0.1}, "weight_decay must be >= 0"),
+        ({"device": "tpu"}, "device must be one of cpu, auto, got 'tpu'"),
+    ],
+)
+def test_task_validates_its_defaults(kwargs: dict, match: str) -> None:
+    from flower_edge.errors import ConfigError
+
+    args = {"model_fn": MLP, "load_data": lambda ctx: _data()} | kwargs
+    with pytest.raises(ConfigError, match=match):
+        Task(**args)
