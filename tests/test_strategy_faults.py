@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
-from test_strategy_toys import ToyEdge, accuracy_fn, model
+from test_strategy_toys import ToyEdge, accuracy_fn, flwr_logs, model
 
 from flower_edge import wire
 from flower_edge.errors import ConfigError
@@ -108,9 +108,7 @@ BAD: dict[str, tuple[Callable[[Message, Context], Message], str]] = {
 }
 
 
-def test_bad_replies_are_rejected_with_node_and_reason_and_never_aggregated(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+def test_bad_replies_are_rejected_with_node_and_reason_and_never_aggregated() -> None:
     n_good = 4
     grid = InProcessGrid(ToyEdge(), n_good + len(BAD))
     bad_nodes = {}
@@ -119,7 +117,7 @@ def test_bad_replies_are_rejected_with_node_and_reason_and_never_aggregated(
         grid.set_app(node, app)
         bad_nodes[node] = name
     strategy = EdgeStrategy(threshold=2, clock=virtual(), shares=EQUAL)
-    with caplog.at_level("WARNING"):
+    with flwr_logs() as caplog:
         strategy.start(grid, model(0.0), num_rounds=3, evaluate_fn=accuracy_fn())
     assert len(strategy.history) == 3
     for record in strategy.history:
@@ -300,14 +298,12 @@ def test_wall_clock_orders_by_arrival_and_deadlines_fire_on_the_clock() -> None:
     assert late[0].time == pytest.approx(5.0, abs=0.25)
 
 
-def test_a_silent_node_is_forgotten_after_the_timeout_and_the_run_goes_on(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+def test_a_silent_node_is_forgotten_after_the_timeout_and_the_run_goes_on() -> None:
     clock = ManualClock()
     grid = InProcessGrid(ToyEdge(), 4, clock=clock, latency=lambda n, m: 1.0)
     grid.silence(1004)
     strategy = EdgeStrategy(threshold=2, clock=clock, shares=EQUAL)
-    with caplog.at_level("WARNING"):
+    with flwr_logs() as caplog:
         strategy.start(grid, model(0.0), num_rounds=12, timeout=3.0)
     assert len(strategy.history) == 12
     assert all(1004 not in h.participants for h in strategy.history)
@@ -366,9 +362,7 @@ def test_a_restarted_node_rejoins_with_a_fresh_job() -> None:
     assert later[0].job_id > forgotten[0].job_id
 
 
-def test_a_node_that_registers_later_joins_with_the_median_share(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+def test_a_node_that_registers_later_joins_with_the_median_share() -> None:
     clock = ManualClock()
     grid = InProcessGrid(ToyEdge(), 5, clock=clock, latency=lambda n, m: 1.0)
     grid.kill(1005)  # not registered at the start
@@ -388,7 +382,7 @@ def test_a_node_that_registers_later_joins_with_the_median_share(
         return real_push(messages)
 
     grid.push_messages = push  # type: ignore[method-assign]
-    with caplog.at_level("INFO"):
+    with flwr_logs() as caplog:
         strategy.start(grid, model(0.0), num_rounds=20, timeout=30.0)
     assert "node 1005 joined: share 100 (the median)" in caplog.text
     assert any(1005 in h.participants for h in strategy.history)

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 from flwr.app import Message
-from test_strategy_toys import ToyEdge, accuracy_fn, as_numpy, model
+from test_strategy_toys import ToyEdge, accuracy_fn, as_numpy, flwr_logs, model
 
 from flower_edge import wire
 from strategies import (
@@ -175,12 +175,10 @@ def test_values_reach_the_next_train_messages() -> None:
     )
 
 
-def test_without_evaluate_fn_every_participant_gets_the_same_value(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+def test_without_evaluate_fn_every_participant_gets_the_same_value() -> None:
     grid = InProcessGrid(ToyEdge(), 4)
     strategy = EdgeStrategy(threshold=2, clock=virtual(), shares=EQUAL)
-    with caplog.at_level("INFO"):
+    with flwr_logs() as caplog:
         strategy.start(grid, model(0.0), num_rounds=1)
     assert strategy.history[0].values == pytest.approx((1 / 3, 1 / 3, 1 / 3))
     assert "no evaluate_fn: no leave-one-out values" in caplog.text
@@ -216,13 +214,13 @@ def test_virtual_clock_history_is_identical_whatever_the_arrival_order() -> None
             assert a.tobytes() == b.tobytes()
 
 
-def test_dropin_unmodified_flower_clientapp_runs(caplog: pytest.LogCaptureFixture) -> None:
+def test_dropin_unmodified_flower_clientapp_runs() -> None:
     from test_strategy_toys import make_dropin_app
 
     clock = ManualClock()
     grid = InProcessGrid(make_dropin_app(), 4, clock=clock)
     strategy = EdgeStrategy(threshold=2, clock=clock)
-    with caplog.at_level("WARNING"):
+    with flwr_logs() as caplog:
         result = strategy.start(grid, model(0.0), num_rounds=3, evaluate_fn=accuracy_fn())
     assert len(strategy.history) == 3
     assert "gets an equal share" in caplog.text
@@ -343,7 +341,7 @@ def test_rebalance_moves_samples_to_faster_nodes(method: str) -> None:
     assert strategy.history[1].time - strategy.history[0].time < 2.91
 
 
-def test_nodes_without_a_usable_profile_get_equal_shares(caplog: pytest.LogCaptureFixture) -> None:
+def test_nodes_without_a_usable_profile_get_equal_shares() -> None:
     from flwr.app import ConfigRecord, Context, RecordDict
 
     def bad_profile(msg: Message, ctx: Context) -> Message:
@@ -362,7 +360,7 @@ def test_nodes_without_a_usable_profile_get_equal_shares(caplog: pytest.LogCaptu
         clock=clock,
         shares=ShareConfig(total_samples=400, profile_timeout=5.0, rebalance="off"),
     )
-    with caplog.at_level("WARNING"):
+    with flwr_logs() as caplog:
         strategy.start(grid, model(0.0), num_rounds=1, timeout=30.0)
     assert "node 1003 gets an equal share: bad profile reply: profile 'evaluation-cpu'" in (
         caplog.text

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
-from test_strategy_toys import ToyEdge, accuracy_fn, as_numpy, model
+from test_strategy_toys import ToyEdge, accuracy_fn, as_numpy, flwr_logs, model
 
 from flower_edge import wire
 from strategies import (
@@ -116,9 +116,9 @@ def test_exact_leave_one_out_evaluates_each_participant_once() -> None:
     assert calls == [0, 1, 1, 1, 1]  # initial, new global, then one without each of 3
 
 
-def test_summary_and_one_log_line_per_aggregation(caplog: pytest.LogCaptureFixture) -> None:
+def test_summary_and_one_log_line_per_aggregation() -> None:
     strategy = _edge()
-    with caplog.at_level("INFO"):
+    with flwr_logs() as caplog:
         strategy.start(
             InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=2, evaluate_fn=accuracy_fn()
         )
@@ -166,12 +166,12 @@ def test_batched_leave_one_out_matches_one_call_per_model() -> None:
     assert [h.values for h in batched.history] == [h.values for h in plain.history]
 
 
-def test_a_failing_valuation_falls_back_to_equal_values(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_failing_valuation_falls_back_to_equal_values() -> None:
     def short(rnd: int, records: list[ArrayRecord]) -> list[MetricRecord]:
         return []
 
     strategy = _edge(valuation=ValuationConfig(evaluate_many_fn=short))
-    with caplog.at_level("WARNING"):
+    with flwr_logs() as caplog:
         strategy.start(
             InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=1, evaluate_fn=accuracy_fn()
         )

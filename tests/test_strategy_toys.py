@@ -10,7 +10,9 @@ ClientApp (train only, arrays + num-examples).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -178,3 +180,33 @@ def test_toy_edge_trains_towards_its_target_in_slices() -> None:
     w = reply.content.array_records[wire.ARRAYS]["w"].numpy()
     # two half-slices: w = 0 + 0.5 * (1 - 0) * 0.5 = 0.25, then 0.25 + 0.5 * 0.75 * 0.5
     np.testing.assert_allclose(w, np.full(3, 0.25 + 0.5 * 0.75 * 0.5, dtype=np.float32))
+
+
+class FlwrLogs(logging.Handler):
+    """Collects the ``flwr`` logger's records directly (caplog misses them once another
+    test has turned the logger's propagation off)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(r.getMessage() for r in self.records)
+
+
+@contextlib.contextmanager
+def flwr_logs(level: int = logging.INFO) -> Iterator[FlwrLogs]:
+    logger = logging.getLogger("flwr")
+    handler = FlwrLogs()
+    old = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(min(level, old) if old else level)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old)
