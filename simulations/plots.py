@@ -109,7 +109,7 @@ def plot_timeline(
     by_row: dict[tuple[int, SpanKind], list[tuple[float, float]]] = defaultdict(list)
     for s in spans:
         by_row[(s.node, s.kind)].append((s.start, max(s.end - s.start, 0.0)))
-    height = min(max(3.0, 0.18 * num_nodes + 1.5), 20.0)
+    height = min(max(3.5, 0.18 * num_nodes + 2.0), 20.0)
     fig, ax = plt.subplots(figsize=(10, height), dpi=110)
     try:
         for (node, kind), bars in by_row.items():
@@ -125,8 +125,8 @@ def plot_timeline(
         ax.set_title(title)
         handles = [Patch(color=c, label=k) for k, c in SPAN_COLOURS.items()]
         handles.append(Patch(facecolor="white", edgecolor="0.6", label="idle"))
-        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=5)
-        fig.tight_layout()
+        fig.legend(handles=handles, loc="lower center", ncol=5, frameon=False)
+        fig.tight_layout(rect=(0.0, 0.07, 1.0, 1.0))
         fig.savefig(path)
     finally:
         plt.close(fig)

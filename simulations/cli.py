@@ -1,0 +1,263 @@
+"""``flower-edge simulate``: run a scenario through Flower's simulation engine.
+
+Usage::
+
+    flower-edge simulate [--scenario NAME] [--strategy edge|fedavg|fedbuff|fedasync|all]
+                         [--clients N] [--seed S] [--rounds R] [--heterogeneity H]
+                         [--threshold K] [--out DIR] [--json] [--engine ray|inprocess]
+                         [--cpus N] [--list] [--verbose]
+
+Without ``--json`` it prints a summary table and writes the JSON and the plots into ``--out``
+(default ``runs/<scenario>-<UTC timestamp>/``). With ``--json`` only the JSON contract of
+:mod:`simulations.report` goes to stdout (a list for ``--strategy all``; the engine's own
+output is sent to stderr), and files are written only when ``--out`` is given. Progress goes
+to stderr. Every option is validated before the engine starts (exit code 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from flower_edge.errors import InputError
+
+if TYPE_CHECKING:
+    from simulations.app import SimSettings
+    from simulations.report import RunResult
+
+__all__ = ["add_parser", "run"]
+
+DEFAULT_RUNS_DIR = Path("runs")
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register the ``simulate`` sub-command."""
+    from simulations.runner import ENGINES
+    from simulations.scenarios import SCENARIOS, STRATEGIES
+
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "simulate",
+        help="simulate heterogeneous edge devices with Flower's simulation engine",
+        description=(
+            "Run a scenario on virtual edge devices through Flower's simulation engine and "
+            "report time to the target accuracy in virtual seconds."
+        ),
+    )
+    p.add_argument(
+        "--scenario",
+        default="digits-20",
+        metavar="NAME",
+        help=f"scenario: {', '.join(SCENARIOS)} (default: digits-20)",
+    )
+    p.add_argument(
+        "--strategy",
+        default="all",
+        metavar="NAME",
+        help=f"{'|'.join(STRATEGIES)}|all (default: all)",
+    )
+    p.add_argument("--clients", type=int, default=None, help="clients (default: the scenario's)")
+    p.add_argument("--seed", type=int, default=0, help="seed (default: 0)")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="aggregations per strategy (default: the scenario's update budget)",
+    )
+    p.add_argument(
+        "--heterogeneity",
+        type=float,
+        default=None,
+        metavar="H",
+        help="fastest / slowest device compute speed, >= 1 (default: the scenario's)",
+    )
+    p.add_argument(
+        "--threshold", type=int, default=None, metavar="K", help="K (default: scenario's)"
+    )
+    p.add_argument("--out", type=Path, default=None, metavar="DIR", help="output folder")
+    p.add_argument("--json", action="store_true", help="print only the JSON result on stdout")
+    p.add_argument(
+        "--engine",
+        default="ray",
+        choices=ENGINES,
+        help="ray: Flower's simulation engine (default); inprocess: one process, no Ray",
+    )
+    p.add_argument("--cpus", type=int, default=None, help="CPUs for Ray (default: all)")
+    p.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    p.add_argument("--verbose", action="store_true", help="keep Flower's INFO logs")
+    p.set_defaults(run=run)
+    return p
+
+
+def _settings(args: argparse.Namespace) -> list[SimSettings]:
+    from simulations.app import SimSettings
+    from simulations.scenarios import resolve_strategies
+
+    if args.rounds is not None and args.rounds < 1:
+        raise InputError(f"--rounds must be >= 1, got {args.rounds}")
+    if args.seed < 0:
+        raise InputError(f"--seed must be >= 0, got {args.seed}")
+    if args.cpus is not None and args.cpus < 1:
+        raise InputError(f"--cpus must be >= 1, got {args.cpus}")
+    return [
+        SimSettings.create(
+            args.scenario,
+            name,
+            seed=args.seed,
+            rounds=args.rounds,
+            clients=args.clients,
+            heterogeneity=args.heterogeneity,
+            threshold=args.threshold,
+        )
+        for name in resolve_strategies(args.strategy)
+    ]
+
+
+def _out_dir(args: argparse.Namespace) -> Path | None:
+    if args.out is None and args.json:
+        return None
+    if args.out is not None:
+        out: Path = args.out
+    else:
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+        out = DEFAULT_RUNS_DIR / f"{args.scenario}-{stamp}"
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out} exists and is not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_text("", encoding="utf-8")
+        probe.unlink()
+    except OSError as exc:
+        raise InputError(f"--out {out} is not a writable folder: {exc.strerror}") from None
+    return out
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Send everything written to stdout (this process and its children) to stderr."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+class _Progress:
+    """A one-line progress bar on stderr (a line per 10 % when stderr is not a terminal)."""
+
+    def __init__(self, stream: TextIO, total_runs: int) -> None:
+        self.stream = stream
+        self.total_runs = total_runs
+        self.run_index = 0
+        self.label = ""
+        self.last_round = -1
+        self.tty = stream.isatty()
+
+    def start(self, label: str) -> None:
+        self.run_index += 1
+        self.label = label
+        self.last_round = -1
+        self.stream.write(f"[{self.run_index}/{self.total_runs}] {label}: starting the engine\n")
+        self.stream.flush()
+
+    def __call__(self, rnd: int, rounds: int, accuracy: float, virtual_time: float) -> None:
+        if rnd <= self.last_round:
+            return
+        self.last_round = rnd
+        width = 24
+        filled = int(width * rnd / max(rounds, 1))
+        bar = "#" * filled + "." * (width - filled)
+        line = (
+            f"[{self.run_index}/{self.total_runs}] {self.label} [{bar}] round {rnd}/{rounds} "
+            f"acc {accuracy:.3f} t {virtual_time:.1f} s"
+        )
+        if self.tty:
+            self.stream.write("\r" + line)
+            if rnd >= rounds:
+                self.stream.write("\n")
+        elif rnd == rounds or rnd % max(1, rounds // 10) == 0:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+
+def _write_outputs(
+    results: Sequence[RunResult], settings: Sequence[SimSettings], out: Path, as_list: bool
+) -> list[Path]:
+    from simulations.plots import plot_accuracy, plot_timeline
+    from simulations.report import summary_table, write_json
+
+    written = [write_json(results, out / "results.json", as_list=as_list)]
+    written.append(plot_accuracy(results, out / "accuracy.png"))
+    for r in results:
+        title = f"{r.scenario} / {r.strategy}: client timeline (seed {r.seed})"
+        written.append(
+            plot_timeline(r.timeline, r.clients, out / f"timeline-{r.strategy}.png", title=title)
+        )
+    written.append(_plot_radar(settings[0], out / "radar.png"))
+    table = out / "summary.txt"
+    table.write_text(summary_table(results) + "\n", encoding="utf-8")
+    written.append(table)
+    return written
+
+
+def _plot_radar(settings: SimSettings, path: Path) -> Path:
+    import numpy as np
+
+    from flower_edge.radar import AXES, plot_radar
+    from simulations.app import compute_share, devices_for
+    from simulations.probe import VirtualProbe
+
+    devices = devices_for(settings.scenario, settings.seed)
+    evaluations = np.array(
+        [[VirtualProbe(d).profile("quick").evaluations[a] for a in AXES] for d in devices]
+    )
+    labels = [str(d.spec.node) for d in devices]
+    return plot_radar(evaluations, compute_share(settings.scenario), labels, path)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the ``simulate`` sub-command; return the exit code."""
+    from simulations.scenarios import SCENARIOS
+
+    if args.list:
+        for name, sc in SCENARIOS.items():
+            print(f"{name:<12} {sc.description}")
+        return 0
+    runs = _settings(args)  # every bad option fails here, before the engine starts
+    out = _out_dir(args)
+    from simulations.report import results_to_json, summary_table
+    from simulations.runner import run_experiment
+
+    progress = _Progress(sys.stderr, len(runs))
+    as_list = args.strategy == "all" or len(runs) > 1
+    results: list[RunResult] = []
+    guard = _stdout_to_stderr() if args.json else contextlib.nullcontext()
+    with guard:
+        for s in runs:
+            progress.start(f"{s.scenario.name}/{s.strategy}")
+            results.append(
+                run_experiment(
+                    s, engine=args.engine, cpus=args.cpus, progress=progress, verbose=args.verbose
+                )
+            )
+        written = _write_outputs(results, runs, out, as_list) if out is not None else []
+    if args.json:
+        print(results_to_json(results, as_list=as_list))
+        return 0
+    print(summary_table(results))
+    if out is not None:
+        print(f"\nresults and plots in {out}/:")
+        for path in written:
+            print(f"  {path.name}")
+    return 0

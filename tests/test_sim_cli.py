@@ -1,0 +1,83 @@
+"""``flower-edge simulate``: option validation, JSON on stdout, output folder."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from flower_edge.cli import main
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (
+            ["--scenario", "nope"],
+            "unknown scenario 'nope'; valid scenarios: digits-20, mnist1d-100",
+        ),
+        (["--strategy", "fedprox"], "valid strategies: edge, fedavg, fedbuff, fedasync, all"),
+        (["--clients", "5000"], r"clients must be <= 179 for scenario 'digits-20'"),
+        (["--threshold", "20"], r"threshold K must be >= 1 and < clients \(20\), got 20"),
+        (["--clients", "4", "--threshold", "4"], r"< clients \(4\), got 4"),
+        (["--rounds", "0"], "--rounds must be >= 1"),
+        (["--heterogeneity", "0.5"], "heterogeneity must be >= 1.0"),
+        (["--seed", "-1"], "--seed must be >= 0"),
+    ],
+)
+def test_bad_input_exits_2_before_the_engine(
+    argv: list[str], match: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    code = main(["simulate", "--engine", "inprocess", "--out", str(out), *argv])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert not list(tmp_path.iterdir())  # nothing written, nothing run
+    assert re.search(match, err), err
+
+
+def test_unwritable_out(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["simulate", "--out", str(blocker)]) == 2
+    assert "exists and is not a folder" in capsys.readouterr().err
+
+
+def test_list(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert "digits-20" in out
+    assert "mnist1d-100" in out
+
+
+def test_json_only_on_stdout(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", "--engine", "inprocess", "--strategy", "fedbuff", "--clients", "5"]
+    assert main([*argv, "--rounds", "2", "--json"]) == 0
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)  # nothing but JSON
+    assert data["strategy"] == "fedbuff"
+    assert data["rounds"] == 2
+    assert len(data["history"]) == 3
+    assert "fedbuff" in captured.err  # progress on stderr
+
+
+def test_all_strategies_write_a_list_and_plots(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    argv = ["simulate", "--engine", "inprocess", "--clients", "5", "--rounds", "2"]
+    assert main([*argv, "--out", str(out)]) == 0
+    stdout = capsys.readouterr().out
+    assert "results and plots in" in stdout
+    data = json.loads((out / "results.json").read_text())
+    assert [r["strategy"] for r in data] == ["edge", "fedavg", "fedbuff", "fedasync"]
+    for name in ("accuracy.png", "radar.png", "timeline-edge.png", "timeline-fedavg.png"):
+        assert (out / name).read_bytes()[:4] == b"\x89PNG"
+    assert "fedasync" in (out / "summary.txt").read_text()
