@@ -36,6 +36,11 @@ def _header(dtype: str, shape: tuple[int, ...]) -> bytes:
     return data[: len(data) - probe.nbytes]
 
 
+@lru_cache(maxsize=256)
+def _dtype_name(dtype: np.dtype[Any]) -> str:
+    return str(dtype)
+
+
 def encode_array(array: np.ndarray[Any, Any]) -> Array:
     """Return the Flower Array of ``array`` (byte-identical to ``Array(array)`` if C-ordered)."""
     if array.dtype.hasobject:
@@ -43,7 +48,7 @@ def encode_array(array: np.ndarray[Any, Any]) -> Array:
     contiguous = array if array.flags.c_contiguous else np.ascontiguousarray(array)
     header = _header(contiguous.dtype.str, tuple(contiguous.shape))
     return Array(
-        dtype=str(contiguous.dtype),
+        dtype=_dtype_name(contiguous.dtype),
         shape=tuple(contiguous.shape),
         stype=_NUMPY_STYPE,
         data=header + contiguous.tobytes(),

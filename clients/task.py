@@ -264,7 +264,8 @@ def train_slice(
         Progress of the slice.
     """
     n = sized(data)
-    model.train()
+    if not model.training:  # switching modes walks every submodule: only when needed
+        model.train()
     start_time = time.perf_counter()
     pos, loss_sum, left = position, 0.0, grant
     trained_batches = 0
@@ -335,7 +336,8 @@ def evaluate_model(
     n = sized(data)
     if n == 0:
         return EvalResult(0, 0.0, 0.0)
-    model.eval()
+    if model.training:
+        model.eval()
     loss_sum, correct = 0.0, 0
     for start in range(0, n, batch_size):
         idx = torch.arange(start, min(start + batch_size, n))
