@@ -229,12 +229,12 @@ SCENARIOS: dict[str, Scenario] = {
         mean_online=120.0,
         mean_offline=30.0,
         threshold=10,
-        target_accuracy=0.6,
+        target_accuracy=0.4,
         update_budget=2000,
-        batch_size=16,
-        learning_rate=0.05,
-        local_epochs=1,
-        slice_budget=10.0,
+        batch_size=8,
+        learning_rate=0.1,
+        local_epochs=2,
+        slice_budget=2.0,
     ),
 }
 

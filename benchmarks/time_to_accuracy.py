@@ -1,0 +1,265 @@
+"""Time to accuracy (virtual seconds), ablations and scale of the simulations.
+
+Parts (``--part``):
+
+main
+    Every strategy in ``--strategies`` on ``--scenario`` for every seed: time to the
+    scenario's target accuracy, final accuracy, virtual time, wasted compute.
+ablations
+    The edge strategy with one change at a time, same devices and data: ``uniform`` shares
+    (no profile, no rebalancing) instead of match-ratio shares; abandon rule off
+    (``theta = inf``) and abandoning more readily (``theta = 0.15``; the default 0.6 is
+    rarely reached, see the docs); constant instead of time-decayed weights.
+scale
+    One edge run of ``--scale-clients`` clients and ``--scale-rounds`` aggregations through
+    Flower's simulation engine (Ray, ``--cpus`` CPUs): wall time and peak memory of the
+    whole process tree (driver and Ray workers), sampled every 0.5 s.
+
+Every run is appended as one JSON line to ``--jsonl`` as soon as it ends (a run cut short
+by a deadline loses nothing that finished), and the medians over seeds are printed as
+Markdown at the end. ``--engine inprocess`` (the default for main and ablations) runs the
+same apps without Ray: the history of a seed is the same on both engines
+(``tests/test_sim_app.py``), only the wall time differs.
+
+Example::
+
+    python benchmarks/time_to_accuracy.py --part main --seeds 0 1 2 --jsonl out/tta.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from simulations.app import SimSettings
+from simulations.report import RunResult
+from simulations.runner import run_experiment
+
+ABLATIONS: dict[str, dict[str, Any]] = {
+    "edge": {},
+    "edge-uniform-shares": {"shares": "uniform"},
+    "edge-no-abandon": {"theta": math.inf},
+    "edge-abandon-theta-0.15": {"theta": 0.15},
+    "edge-constant-weights": {"decay": "constant"},
+}
+
+
+def _row(label: str, r: RunResult, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    row = {
+        "label": label,
+        "scenario": r.scenario,
+        "strategy": r.strategy,
+        "seed": r.seed,
+        "clients": r.clients,
+        "rounds": r.rounds,
+        "target_accuracy": r.target_accuracy,
+        "time_to_target": r.time_to_target,
+        "final_accuracy": r.final_accuracy,
+        "best_accuracy": max(h.accuracy for h in r.history),
+        "virtual_seconds": r.virtual_seconds,
+        "abandoned_jobs": r.abandoned_jobs,
+        "wasted_compute_fraction": r.wasted_compute_fraction,
+        "wall_seconds": r.wall_seconds,
+        "iteration_makespan": r.extras.get("iteration_makespan"),
+        "job_balance": r.extras.get("job_balance"),
+        "samples_processed": r.extras.get("samples_processed"),
+        "load_average": os.getloadavg(),
+    }
+    if extra:
+        row.update(extra)
+    return {
+        k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()
+    }
+
+
+def _emit(path: Path | None, row: dict[str, Any]) -> None:
+    line = json.dumps(row)
+    print(line, flush=True)
+    if path is not None:
+        with path.open("a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+
+
+def _settings(args: argparse.Namespace, strategy: str, seed: int, **options: Any) -> SimSettings:
+    s = SimSettings.create(args.scenario, strategy, seed=seed, clients=args.clients, **options)
+    if args.budget_fraction != 1.0:
+        rounds = max(1, round(s.rounds * args.budget_fraction))
+        s = replace(s, rounds=rounds)
+    return s
+
+
+def part_main(args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows = []
+    for seed in args.seeds:
+        for strategy in args.strategies:
+            r = run_experiment(_settings(args, strategy, seed), engine=args.engine, cpus=args.cpus)
+            rows.append(_row(strategy, r))
+            _emit(args.jsonl, rows[-1])
+    return rows
+
+
+def part_ablations(args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows = []
+    for seed in args.seeds:
+        for label, options in ABLATIONS.items():
+            if label == "edge" and not args.rerun_edge:
+                continue
+            s = _settings(args, "edge", seed, **options)
+            r = run_experiment(s, engine=args.engine, cpus=args.cpus)
+            rows.append(_row(label, r))
+            _emit(args.jsonl, rows[-1])
+    return rows
+
+
+class _PeakMemory:
+    """Peak resident memory of this process and all its children (Ray workers), sampled."""
+
+    def __init__(self, interval: float = 0.5) -> None:
+        import psutil
+
+        self.proc = psutil.Process()
+        self.interval = interval
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        import psutil
+
+        while not self._stop.is_set():
+            total = 0
+            for p in [self.proc, *self.proc.children(recursive=True)]:
+                try:
+                    total += p.memory_info().rss
+                except psutil.Error:
+                    continue
+            self.peak = max(self.peak, total)
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> _PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def part_scale(args: argparse.Namespace) -> list[dict[str, Any]]:
+    s = SimSettings.create(
+        args.scenario,
+        "edge",
+        seed=args.seeds[0],
+        clients=args.scale_clients,
+        rounds=args.scale_rounds,
+    )
+    with _PeakMemory() as mem:
+        r = run_experiment(s, engine=args.scale_engine, cpus=args.cpus)
+    row = _row(
+        "scale",
+        r,
+        {"engine": args.scale_engine, "peak_rss_mib": mem.peak / 2**20, "cpus": args.cpus},
+    )
+    _emit(args.jsonl, row)
+    return [row]
+
+
+def _median(values: list[float | None]) -> float | None:
+    got = [v for v in values if v is not None]
+    return statistics.median(got) if got else None
+
+
+def _fmt(v: float | None, spec: str = ".1f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def summarise(rows: list[dict[str, Any]]) -> str:
+    """Return a Markdown table of medians over seeds, per label."""
+    labels = list(dict.fromkeys(r["label"] for r in rows))
+    base = _median([r["time_to_target"] for r in rows if r["label"] == "fedavg"])
+    lines = [
+        "| run | seeds | reached | median t→target (virtual s) | vs FedAvg | final acc | "
+        "best acc | wasted | abandoned | makespan (s) | balance | wall (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for label in labels:
+        rs = [r for r in rows if r["label"] == label]
+        ttt = _median([r["time_to_target"] for r in rs])
+        reached = sum(r["time_to_target"] is not None for r in rs)
+        ratio = ttt / base if ttt is not None and base else None
+        lines.append(
+            f"| {label} | {len(rs)} | {reached}/{len(rs)} | {_fmt(ttt)} | {_fmt(ratio, '.2f')} | "
+            f"{_fmt(_median([r['final_accuracy'] for r in rs]), '.3f')} | "
+            f"{_fmt(_median([r['best_accuracy'] for r in rs]), '.3f')} | "
+            f"{_fmt(_median([r['wasted_compute_fraction'] for r in rs]), '.3f')} | "
+            f"{_fmt(_median([r['abandoned_jobs'] for r in rs]), '.0f')} | "
+            f"{_fmt(_median([r['iteration_makespan'] for r in rs]), '.2f')} | "
+            f"{_fmt(_median([r['job_balance'] for r in rs]), '.1f')} | "
+            f"{_fmt(_median([r['wall_seconds'] for r in rs]))} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--part", choices=["main", "ablations", "scale", "all"], default="all")
+    p.add_argument("--scenario", default="mnist1d-100")
+    p.add_argument("--clients", type=int, default=None)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--strategies", nargs="+", default=["edge", "fedavg", "fedbuff"])
+    p.add_argument("--engine", choices=["ray", "inprocess"], default="inprocess")
+    p.add_argument("--cpus", type=int, default=2)
+    p.add_argument(
+        "--budget-fraction",
+        type=float,
+        default=1.0,
+        help="fraction of the scenario's update budget to run",
+    )
+    p.add_argument(
+        "--rerun-edge",
+        action="store_true",
+        help="ablations: run the plain edge strategy again (else take it from main)",
+    )
+    p.add_argument("--scale-clients", type=int, default=100)
+    p.add_argument("--scale-rounds", type=int, default=200)
+    p.add_argument("--scale-engine", choices=["ray", "inprocess"], default="ray")
+    p.add_argument("--jsonl", type=Path, default=None, help="append one JSON line per run")
+    p.add_argument(
+        "--summarise",
+        type=Path,
+        default=None,
+        help="only print the Markdown summary of an existing JSONL file",
+    )
+    args = p.parse_args(argv)
+    if args.summarise is not None:
+        rows = [json.loads(x) for x in args.summarise.read_text().splitlines() if x.strip()]
+        print(summarise([r for r in rows if r["label"] != "scale"]))
+        return 0
+    print(
+        f"# {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC, load {os.getloadavg()}",
+        file=sys.stderr,
+    )
+    rows: list[dict[str, Any]] = []
+    if args.part in ("main", "all"):
+        rows += part_main(args)
+    if args.part in ("ablations", "all"):
+        if not args.rerun_edge:
+            args.rerun_edge = not any(r["label"] == "edge" for r in rows)
+        rows += part_ablations(args)
+    if args.part in ("scale", "all"):
+        rows += part_scale(args)
+    print(summarise([r for r in rows if r["label"] != "scale"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
