@@ -5,7 +5,7 @@ Usage::
     flower-edge simulate [--scenario NAME] [--strategy edge|fedavg|fedbuff|fedasync|all]
                          [--clients N] [--seed S] [--rounds R] [--heterogeneity H]
                          [--threshold K] [--out DIR] [--json] [--engine ray|inprocess]
-                         [--cpus N] [--list] [--verbose]
+                         [--cpus N] [--ray-address ADDR] [--list] [--verbose]
 
 Without ``--json`` it prints a summary table and writes the JSON and the plots into ``--out``
 (default ``runs/<scenario>-<UTC timestamp>/``). With ``--json`` only the JSON contract of
@@ -88,6 +88,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="ray: Flower's simulation engine (default); inprocess: one process, no Ray",
     )
     p.add_argument("--cpus", type=int, default=None, help="CPUs for Ray (default: all)")
+    p.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="ADDR",
+        help="attach to a running Ray cluster (e.g. auto, or HEAD_IP:6379) instead of "
+        "starting a local Ray",
+    )
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
     p.add_argument("--verbose", action="store_true", help="keep Flower's INFO logs")
     p.set_defaults(run=run)
@@ -239,6 +246,7 @@ def run(args: argparse.Namespace) -> int:
     from simulations.report import results_to_json, summary_table
     from simulations.runner import run_experiment
 
+    ray_init_args = None if args.ray_address is None else {"address": args.ray_address}
     progress = _Progress(sys.stderr, len(runs))
     as_list = args.strategy == "all" or len(runs) > 1
     results: list[RunResult] = []
@@ -248,7 +256,12 @@ def run(args: argparse.Namespace) -> int:
             progress.start(f"{s.scenario.name}/{s.strategy}")
             results.append(
                 run_experiment(
-                    s, engine=args.engine, cpus=args.cpus, progress=progress, verbose=args.verbose
+                    s,
+                    engine=args.engine,
+                    cpus=args.cpus,
+                    ray_init_args=ray_init_args,
+                    progress=progress,
+                    verbose=args.verbose,
                 )
             )
         written = _write_outputs(results, runs, out, as_list) if out is not None else []
