@@ -53,6 +53,7 @@ class FedBuff(SemiAsyncStrategy):
     """
 
     name = "fedbuff"
+    needs_bases = True
 
     def __init__(self, threshold: int, *, server_lr: float = 1.0, **options: Any) -> None:
         super().__init__(threshold, **_baseline_defaults(options))

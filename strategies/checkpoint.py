@@ -9,6 +9,10 @@ Layout of a checkpoint folder:
     Everything else (round, version, clock time, job counter, shares, time-model observations,
     values, history, Result metrics). Written last, atomically (temporary file, ``fsync``,
     ``os.replace``): a run killed mid-write leaves the previous checkpoint intact.
+``buffer.json`` and ``update-<node>-<job>.npz``
+    Updates accepted since the last aggregation (not yet aggregated), so that a run killed
+    between two aggregations loses none of them. On resume, entries already in the audit are
+    dropped (a run killed between the checkpoint and the buffer reset).
 ``audit.jsonl``
     One JSON line per aggregated update: ``round``, ``node``, ``job``, ``base_version``,
     ``weight``, ``staleness``, ``delay``. On resume, lines of rounds after the checkpoint
@@ -35,6 +39,7 @@ __all__ = ["Checkpoint", "CheckpointStore"]
 
 STATE_FILE = "state.json"
 AUDIT_FILE = "audit.jsonl"
+BUFFER_FILE = "buffer.json"
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,42 @@ class CheckpointStore:
         except (OSError, ValueError, KeyError) as exc:
             raise InputError(f"checkpoint in {self.directory} cannot be read: {exc}") from None
         return Checkpoint(round_, keys, arrays, state)
+
+    def save_buffered(
+        self,
+        entries: Sequence[dict[str, Any]],
+        new: dict[str, Any] | None = None,
+        arrays: Sequence[npt.NDArray[Any]] | None = None,
+    ) -> None:
+        """Write the arrays of the ``new`` entry (if any), then the whole buffer list.
+
+        Each entry names its array file under ``"file"``; files no longer listed are removed.
+        """
+        if new is not None and arrays is not None:
+            payload = {f"a{i}": np.ascontiguousarray(a) for i, a in enumerate(arrays)}
+            path = self.directory / str(new["file"])
+            _atomic_write(path, lambda h: np.savez(h, **payload))  # type: ignore[arg-type]
+        text = json.dumps(list(entries), sort_keys=True).encode()
+        _atomic_write(self.directory / BUFFER_FILE, lambda h: h.write(text))
+        listed = {str(e["file"]) for e in entries}
+        for old in self.directory.glob("update-*.npz"):
+            if old.name not in listed:
+                old.unlink(missing_ok=True)
+
+    def buffered(self, count: int) -> list[tuple[dict[str, Any], tuple[npt.NDArray[Any], ...]]]:
+        """Return the buffered entries with their ``count`` arrays (unreadable ones skipped)."""
+        path = self.directory / BUFFER_FILE
+        if not path.is_file():
+            return []
+        out = []
+        for entry in json.loads(path.read_text()):
+            try:
+                with np.load(self.directory / str(entry["file"]), allow_pickle=False) as data:
+                    arrays = tuple(np.array(data[f"a{i}"]) for i in range(count))
+            except (OSError, ValueError, KeyError):
+                continue
+            out.append((entry, arrays))
+        return out
 
     def append_audit(self, entries: Sequence[dict[str, Any]]) -> None:
         """Append audit lines (flushed and synced)."""

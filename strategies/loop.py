@@ -227,6 +227,8 @@ class SemiAsyncStrategy(Strategy):
 
     #: name used in logs and checkpoints
     name = "semi-async"
+    #: whether :meth:`combine` reads the base models of the updates (deltas)
+    needs_bases = False
 
     def __init__(
         self,
@@ -1075,11 +1077,36 @@ class _Run:  # the state of one start() call
         node.late = False
         if self.s.aggregation_due(len(self.buffer)):
             self._aggregate(when)
+        elif self.store is not None:
+            update = self.buffer[-1]
+            self.store.save_buffered(
+                [self._buffer_entry(u) for u in self.buffer],
+                self._buffer_entry(update),
+                update.arrays,
+            )
+
+    def _buffer_entry(self, u: Update) -> dict[str, Any]:
+        return {
+            "node": u.node_id,
+            "job": u.job_id,
+            "base_version": u.base_version,
+            "num_examples": u.num_examples,
+            "share": u.share,
+            "delay": u.delay,
+            "received": u.received_at - self.start_time,
+            "late": u.late,
+            "train_loss": u.train_loss,
+            "file": f"update-{u.node_id}-{u.job_id}.npz",
+        }
 
     # ================================================================== aggregation
     def _aggregate(self, when: float) -> None:
         updates, self.buffer = self.buffer, []
-        bases = {u.base_version: self.versions[u.base_version] for u in updates}
+        bases = {
+            u.base_version: self.versions[u.base_version]
+            for u in updates
+            if u.base_version in self.versions
+        }
         combined = self.s.combine(self.global_arrays, updates, self.version, bases)
         self.version += 1
         rnd = self.version
@@ -1345,6 +1372,51 @@ class _Run:  # the state of one start() call
             },
         }
         self.store.save(record.round, self.keys, self.global_arrays, state)
+        self.store.save_buffered([self._buffer_entry(u) for u in self.buffer])
+
+    def _restore_buffer(self, store: CheckpointStore) -> None:
+        counted = {(int(e["node"]), int(e["job"])) for e in store.audit()}
+        for entry, arrays in store.buffered(len(self.keys)):
+            node_id, job_id = int(entry["node"]), int(entry["job"])
+            base = int(entry["base_version"])
+            if (node_id, job_id) in counted:
+                continue  # aggregated before the kill: in the audit already
+            if self.s.needs_bases and base != self.version:
+                log(
+                    WARNING,
+                    "%s: buffered update of node %s dropped: its base version %d "
+                    "is not in the checkpoint",
+                    self.s.name,
+                    node_id,
+                    base,
+                )
+                continue
+            if check_update(list(arrays), self.global_arrays) is not None:
+                continue
+            loss = entry.get("train_loss")
+            self.buffer.append(
+                Update(
+                    node_id,
+                    job_id,
+                    base,
+                    arrays,
+                    int(entry["num_examples"]),
+                    int(entry["share"]),
+                    float(entry["delay"]),
+                    float(entry["received"]) + self.start_time,
+                    bool(entry["late"]),
+                    None if loss is None else float(loss),
+                )
+            )
+            if node_id in self.nodes:
+                self.nodes[node_id].last_base = max(self.nodes[node_id].last_base, base)
+        if self.buffer:
+            log(
+                INFO,
+                "%s: %d accepted updates restored into the buffer",
+                self.s.name,
+                len(self.buffer),
+            )
 
     def _resume(self, ids: list[int]) -> bool:
         store = self.store
@@ -1390,6 +1462,7 @@ class _Run:  # the state of one start() call
         else:
             log(INFO, "%s: the nodes changed since the checkpoint: profiling again", self.s.name)
             self._profile(ids)
+        self._restore_buffer(store)
         log(
             INFO,
             "%s: resumed from %s at round %d (clock %.3f); job ids from %d",

@@ -136,3 +136,54 @@ def test_wall_clock_times_count_from_the_start_and_carry_on_after_a_resume(
     assert resumed.history[0].time == first.history[0].time
     assert resumed.history[1].time > first.history[0].time
     assert resumed.history[1].time < first.history[0].time + 10.0
+
+
+class ServerKilledError(RuntimeError):
+    pass
+
+
+def test_updates_accepted_between_aggregations_survive_a_kill(tmp_path: Path) -> None:
+    toy = ToyEdge()  # durations 10.5, 5.5, 3.0, 1.75 s
+    evaluate = accuracy_fn()
+
+    def dies_in_round_2(rnd: int, arrays):  # type: ignore[no-untyped-def]
+        if rnd == 2:
+            raise ServerKilledError("server killed while aggregating round 2")
+        return evaluate(rnd, arrays)
+
+    def edge(resume: bool) -> EdgeStrategy:
+        return EdgeStrategy(
+            threshold=2,
+            clock=VirtualClock(wall=ManualClock()),
+            shares=ShareConfig(profile=False, total_samples=400, rebalance="off"),
+            checkpoint_dir=tmp_path,
+            resume=resume,
+        )
+
+    killed = edge(resume=False)
+    with pytest.raises(ServerKilledError):
+        killed.start(InProcessGrid(toy, 4), model(0.0), num_rounds=3, evaluate_fn=dies_in_round_2)
+    buffered = [
+        (e.node_id, e.job_id) for e in killed.events if e.kind == "finished" and e.version == 1
+    ]
+    assert [n for n, _ in buffered[:2]] == [1004, 1003]  # accepted after round 1, then the kill
+    store = CheckpointStore(tmp_path)
+    saved = store.buffered(2)
+    assert [(e["node"], e["job"]) for e, _ in saved] == buffered[:2]
+    for (entry, arrays), key in zip(saved, buffered, strict=False):
+        for a, b in zip(arrays, toy.returned[key], strict=True):
+            np.testing.assert_array_equal(a, b)  # exactly what the client sent
+        assert entry["base_version"] == 1
+
+    resumed = edge(resume=True)
+    fresh = ToyEdge()
+    resumed.start(InProcessGrid(fresh, 4), model(0.0), num_rounds=3, evaluate_fn=evaluate)
+    second = resumed.history[1]
+    assert second.round == 2
+    assert list(zip(second.participants, second.job_ids, strict=True))[:2] == buffered[:2]
+    assert second.delays[:2] == pytest.approx((1.75, 3.0))
+    assert store.buffered(2) == []  # emptied by the aggregation of round 3
+    assert not list(tmp_path.glob("update-*.npz"))
+    audit = [(e["node"], e["job"]) for e in store.audit()]
+    assert len(audit) == len(set(audit))
+    assert [e["round"] for e in store.audit()] == [1, 1, 1, 2, 2, 2, 3, 3, 3]
