@@ -97,6 +97,8 @@ class VirtualFedAvg(FedAvg):
                 )
                 continue
             longest = max(longest, seconds)
+        if not any(not m.has_error() for m in replies):
+            log(WARNING, "round %s: no valid reply; the clock does not move", server_round)
         self.clock.advance_to(self._round_start + longest)
         self.round_seconds[server_round] = longest
         self.round_participants[server_round] = sum(not m.has_error() for m in replies)
