@@ -136,35 +136,73 @@ def _error_reply(msg: Message, exc: Exception) -> Message:
 # ---------------------------------------------------------------- model arrays
 
 
-def _load_arrays(model: nn.Module, arrays: ArrayRecord, what: str) -> None:
-    """Load ``arrays`` into ``model`` after checking names and shapes (InputError if unfit).
+def _plain_state(model: nn.Module) -> bool:
+    """Whether ``model``'s state dict is exactly its tensors (no custom load or save logic)."""
+    base = nn.Module._load_from_state_dict
+    for m in model.modules():
+        if type(m)._load_from_state_dict is not base:  # e.g. BatchNorm's versioned buffers
+            return False
+        if m._load_state_dict_pre_hooks or m._load_state_dict_post_hooks:
+            return False
+        if m._state_dict_hooks or m._state_dict_pre_hooks:
+            return False
+    return True
 
-    Arrays named ``"0"``, ``"1"``, ... (``ArrayRecord(list_of_ndarrays)``) are matched to the
-    model's ``state_dict`` by position.
+
+class _ModelSlot:
+    """One model instance per process and thread, reused across messages.
+
+    ``tensors`` is the model's state dict, kept when loading it is a plain copy into each
+    tensor (:func:`_plain_state`): its tensors share storage with the parameters and buffers,
+    so reading them gives the current weights and ``copy_`` into them loads new ones.
     """
-    expected = model.state_dict()
-    keys = list(arrays.keys())
-    if keys != list(expected):
-        if keys == [str(i) for i in range(len(expected))]:
-            arrays = ArrayRecord({name: arrays[str(i)] for i, name in enumerate(expected)})
-        elif set(keys) != set(expected):
-            missing = sorted(set(expected) - set(keys))[:5]
-            extra = sorted(set(keys) - set(expected))[:5]
-            raise InputError(
-                f"{what} do not fit the local model: missing {missing}, unexpected {extra}"
-            )
-    for name, tensor in expected.items():
-        shape = tuple(arrays[name].shape)
-        if shape != tuple(tensor.shape):
-            raise InputError(
-                f"{what} do not fit the local model: {name!r} has shape {list(shape)}, "
-                f"the model expects {list(tensor.shape)}"
-            )
-    model.load_state_dict(record_to_state_dict(arrays), strict=True)
 
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.tensors: dict[str, torch.Tensor] | None = (
+            dict(model.state_dict()) if _plain_state(model) else None
+        )
+        self.optimizer: torch.optim.Optimizer | None = None
 
-def _arrays_of(model: nn.Module) -> ArrayRecord:
-    return state_dict_to_record(model.state_dict())
+    def state(self) -> dict[str, torch.Tensor]:
+        """Return the current state dict (tensors sharing the model's storage)."""
+        return self.tensors if self.tensors is not None else dict(self.model.state_dict())
+
+    def load(self, arrays: ArrayRecord, what: str) -> None:
+        """Load ``arrays`` after checking names and shapes (InputError if unfit).
+
+        Arrays named ``"0"``, ``"1"``, ... (``ArrayRecord(list_of_ndarrays)``) are matched to
+        the model's ``state_dict`` by position.
+        """
+        expected = self.state()
+        keys = list(arrays.keys())
+        if keys != list(expected):
+            if keys == [str(i) for i in range(len(expected))]:
+                arrays = ArrayRecord({name: arrays[str(i)] for i, name in enumerate(expected)})
+            elif set(keys) != set(expected):
+                missing = sorted(set(expected) - set(keys))[:5]
+                extra = sorted(set(keys) - set(expected))[:5]
+                raise InputError(
+                    f"{what} do not fit the local model: missing {missing}, unexpected {extra}"
+                )
+        for name, tensor in expected.items():
+            shape = tuple(arrays[name].shape)
+            if shape != tuple(tensor.shape):
+                raise InputError(
+                    f"{what} do not fit the local model: {name!r} has shape {list(shape)}, "
+                    f"the model expects {list(tensor.shape)}"
+                )
+        values = record_to_state_dict(arrays)
+        if self.tensors is None:
+            self.model.load_state_dict(values, strict=True)
+            return
+        with torch.no_grad():
+            for name, tensor in self.tensors.items():
+                tensor.copy_(values[name])
+
+    def arrays(self) -> ArrayRecord:
+        """Return the current weights as an ArrayRecord."""
+        return state_dict_to_record(self.state())
 
 
 # ---------------------------------------------------------------- one training job
@@ -175,7 +213,7 @@ class _JobRuntime:
     """A live job: its model and optimizer rebuilt from records, and its RNG state."""
 
     record: JobRecord
-    model: nn.Module
+    slot: _ModelSlot
     optimizer: torch.optim.Optimizer
     rng: torch.Tensor
 
@@ -223,19 +261,26 @@ class _Builder:
             self._data.popitem(last=False)
         return loaded
 
-    def new_model(self) -> nn.Module:
-        """Return this thread's model instance (weights are always overwritten before use)."""
-        model: nn.Module | None = getattr(self._local, "model", None)
-        if model is None:
-            model = self.task.model_fn().to(self.task.torch_device())
-            self._local.model = model
-        return model
+    def slot(self) -> _ModelSlot:
+        """Return this thread's model slot (weights are always overwritten before use)."""
+        slot: _ModelSlot | None = getattr(self._local, "slot", None)
+        if slot is None:
+            slot = _ModelSlot(self.task.model_fn().to(self.task.torch_device()))
+            self._local.slot = slot
+        return slot
 
-    def new_optimizer(self, model: nn.Module, s: ClientSettings) -> torch.optim.Optimizer:
+    def new_optimizer(self, slot: _ModelSlot, s: ClientSettings) -> torch.optim.Optimizer:
+        """Return a fresh-state optimizer over the slot's model (the instance is reused)."""
         t = self.task
-        return build_optimizer(
-            t.optimizer, model.parameters(), s.learning_rate, t.momentum, t.weight_decay
-        )
+        if slot.optimizer is None:
+            slot.optimizer = build_optimizer(
+                t.optimizer, slot.model.parameters(), s.learning_rate, t.momentum, t.weight_decay
+            )
+            return slot.optimizer
+        slot.optimizer.state.clear()  # no momentum or moments carried over between jobs
+        for group in slot.optimizer.param_groups:
+            group["lr"] = s.learning_rate
+        return slot.optimizer
 
     def availability(self, virtual: bool) -> float:
         if self.availability_fn is not None:
@@ -257,31 +302,31 @@ class _Builder:
         s: ClientSettings,
         node_id: int,
     ) -> _JobRuntime:
-        model = self.new_model()
-        _load_arrays(model, arrays, "global arrays")
+        slot = self.slot()
+        slot.load(arrays, "global arrays")
         gen = torch.Generator().manual_seed(stream_key(s.seed, node_id, f"rng-{job_id}"))
         rng = gen.get_state()
         return _JobRuntime(
             JobRecord(job_id=job_id, base_version=base_version, share=share),
-            model,
-            self.new_optimizer(model, s),
+            slot,
+            self.new_optimizer(slot, s),
             rng,
         )
 
     def resume_job(self, job: JobState, s: ClientSettings) -> _JobRuntime:
-        model = self.new_model()
+        slot = self.slot()
         try:
-            _load_arrays(model, job.model, "stored job arrays")
+            slot.load(job.model, "stored job arrays")
         except InputError as exc:
             raise CorruptedStateError(str(exc)) from exc
-        optimizer = self.new_optimizer(model, s)
+        optimizer = self.new_optimizer(slot, s)
         try:
             rng = optimizer_from_records(optimizer, job.optim, job.optim_scalars)
         except (RuntimeError, ValueError, KeyError) as exc:
             raise CorruptedStateError(f"stored optimizer state: {exc}") from exc
         if rng is None:
             raise CorruptedStateError("stored job without its RNG state")
-        return _JobRuntime(job.record, model, optimizer, rng)
+        return _JobRuntime(job.record, slot, optimizer, rng)
 
     def run_slice(
         self,
@@ -297,7 +342,7 @@ class _Builder:
         with torch.random.fork_rng(devices=[]):
             torch.set_rng_state(job.rng)
             result = train_slice(
-                job.model,
+                job.slot.model,
                 job.optimizer,
                 self.task.loss_fn(),
                 train,
@@ -317,7 +362,7 @@ class _Builder:
             loss_sum=r.loss_sum + result.loss_sum,
             seconds=r.seconds + result.seconds,
         )
-        return _JobRuntime(record, job.model, job.optimizer, rng), result
+        return _JobRuntime(record, job.slot, job.optimizer, rng), result
 
     # ------------------------------------------------------------ handlers
 
@@ -362,11 +407,11 @@ class _Builder:
                     "global model"
                 )
             arrays = stored
-        model = self.new_model()
-        _load_arrays(model, arrays, "evaluate arrays")
+        slot = self.slot()
+        slot.load(arrays, "evaluate arrays")
         _, test = self.data(ctx)
         result = evaluate_model(
-            model,
+            slot.model,
             self.task.loss_fn(),
             test,
             batch_size=self.task.eval_batch_size,
@@ -417,7 +462,7 @@ class _Builder:
         job = self.start_job(plain_job, req.global_version or 0, share, req.arrays, s, node_id)
         job, _ = self.run_slice(job, train, s, node_id, grant=None, deadline=None)
         r = job.record
-        arrays = _arrays_of(job.model)
+        arrays = job.slot.arrays()
         metrics: dict[str, MetricRecordValues] = {
             wire.NUM_EXAMPLES: n if req.sample_share is None else r.position,
             wire.DONE: 1,
@@ -520,10 +565,10 @@ class _Builder:
         content = RecordDict()
         job_state: JobState | None = None
         if done:
-            content[wire.ARRAYS] = _arrays_of(job.model)
+            content[wire.ARRAYS] = job.slot.arrays()
         else:
             optim, scalars = optimizer_to_records(job.optimizer, job.rng)
-            job_state = JobState(r, _arrays_of(job.model), optim, scalars)
+            job_state = JobState(r, job.slot.arrays(), optim, scalars)
         if timer is not None:
             # virtual work of this slice: the whole grant while the job goes on; when it ends,
             # only the samples it still needed beyond the credit carried in

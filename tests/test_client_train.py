@@ -98,10 +98,21 @@ def _weights(reply: Message) -> dict[str, torch.Tensor]:
     return dict(reply.content[wire.ARRAYS].to_torch_state_dict())
 
 
-@pytest.mark.parametrize("kind", ["sgd-momentum", "adam", "dropout"])
+class BatchNormMLP(nn.Module):
+    """BatchNorm has versioned buffers: its state dict is loaded the slow, general way."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+@pytest.mark.parametrize("kind", ["sgd-momentum", "adam", "dropout", "batchnorm"])
 def test_three_slices_equal_one(kind: str) -> None:
     torch.set_num_threads(1)
-    model_fn = DropoutMLP if kind == "dropout" else None
+    model_fn = {"dropout": DropoutMLP, "batchnorm": BatchNormMLP}.get(kind)
     task = _task(model_fn, optimizer="adam" if kind == "adam" else "sgd")
     g = _global(model_fn)
     timer = FixedRateTimer(rate=10.0)
@@ -311,3 +322,17 @@ def test_task_validates_its_defaults(kwargs: dict, match: str) -> None:
     args = {"model_fn": MLP, "load_data": lambda ctx: _data()} | kwargs
     with pytest.raises(ConfigError, match=match):
         Task(**args)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_a_job_does_not_inherit_the_previous_jobs_optimizer_state(optimizer: str) -> None:
+    def job(app: Any, job_id: int, lr: float) -> dict[str, torch.Tensor]:
+        cfg = {wire.JOB_ID: job_id, wire.GLOBAL_VERSION: 0, wire.SAMPLE_SHARE: 48}
+        ctx = node_context(NODE, run_config={"learning-rate": lr})
+        return _weights(app(_train_msg(cfg, _global()), ctx))
+
+    busy = build_client_app(_task(optimizer=optimizer))
+    job(busy, 1, 0.01)  # leaves momentum / moments behind in the reused optimizer
+    after = job(busy, 2, 0.1)
+    fresh = job(build_client_app(_task(optimizer=optimizer)), 2, 0.1)
+    assert all(torch.equal(after[k], fresh[k]) for k in fresh)
