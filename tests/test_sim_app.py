@@ -113,3 +113,23 @@ def test_ray_engine_reproduces_the_inprocess_history() -> None:
     ray = run_experiment(s, engine="ray", cpus=2)
     assert ray.history == inproc.history
     assert ray.timeline == inproc.timeline
+
+
+def test_flwr_run_config_of_the_project_is_valid_and_drives_the_clients() -> None:
+    """The App as ``flwr run .`` starts it: settings from the run config on both sides."""
+    import tomllib
+    from pathlib import Path
+
+    from simulations.app import make_client_app, run_server
+    from strategies.inprocess import InProcessGrid
+
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    config = tomllib.loads(pyproject.read_text())["tool"]["flwr"]["app"]["config"]
+    settings = SimSettings.from_run_config(config)
+    assert settings.scenario.name == config["scenario"]
+    small = {**config, "clients": 5, "threshold": 2, "num-server-rounds": 2}
+    s = SimSettings.from_run_config(small)
+    grid = InProcessGrid(make_client_app(None), 5, run_config=small)
+    result = run_server(grid, s)
+    assert result.rounds == 2
+    assert result.history[-1].participants == 3
