@@ -157,8 +157,13 @@ class SimSettings:
             raise InputError(f"seed must be an integer >= 0, got {self.seed!r}")
         if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 1:
             raise InputError(f"rounds must be an integer >= 1, got {self.rounds!r}")
+        from flower_edge.staleness import DECAYS, make_decay
+
+        if self.decay not in DECAYS:
+            raise InputError(f"decay must be one of {', '.join(DECAYS)}, got {self.decay!r}")
         if not (math.isfinite(self.decay_a) and self.decay_a > 0):
             raise InputError(f"decay-a must be > 0, got {self.decay_a!r}")
+        make_decay(self.decay, a=self.decay_a)  # the decay's own range checks
         if not 0.0 <= self.alpha <= 1.0:
             raise InputError(f"alpha must be in [0, 1], got {self.alpha!r}")
         if not self.theta >= 0.0:

@@ -33,6 +33,8 @@ def _one_thread() -> None:
         ({"alpha": 2.0}, r"alpha must be in \[0, 1\]"),
         ({"shares": "random"}, "shares must be one of match, uniform"),
         ({"seed": 1.5}, "'seed' must be an integer >= 0"),
+        ({"decay": "linear"}, "decay must be one of"),
+        ({"decay-a": 0.0}, "decay-a must be > 0"),
     ],
 )
 def test_bad_run_config_is_rejected_before_anything_runs(
