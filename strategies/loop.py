@@ -38,6 +38,7 @@ Rules
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import io
 import itertools
@@ -430,6 +431,15 @@ class SemiAsyncStrategy(Strategy):
             raise ConfigError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
         if len(initial_arrays) == 0:
             raise ConfigError("initial_arrays must hold at least one array")
+        for key in initial_arrays:
+            kind: str = "?"
+            with contextlib.suppress(TypeError):
+                kind = np.dtype(initial_arrays[key].dtype).kind
+            if kind not in "fiub":
+                raise ConfigError(
+                    f"initial_arrays[{key!r}] has dtype {initial_arrays[key].dtype!r}; "
+                    "arrays must be numeric (float, int, uint or bool)"
+                )
         self.evaluate_fn_given = evaluate_fn is not None
         self.history.clear()
         self.events.clear()

@@ -416,3 +416,11 @@ def test_zero_time_progress_under_a_virtual_clock_is_rejected_not_a_livelock() -
         e.kind == "rejected" and e.node_id == 1005 and "virtual-seconds > 0" in e.detail
         for e in strategy.events
     )
+
+
+def test_non_numeric_initial_arrays_raise_before_any_message() -> None:
+    grid = InProcessGrid(ToyEdge(), 4)
+    bad = ArrayRecord({"w": Array(np.array(["a", "b"]))})
+    with pytest.raises(ConfigError, match=r"initial_arrays\['w'\] has dtype '<U1'"):
+        EdgeStrategy(threshold=2, clock=virtual()).start(grid, bad, num_rounds=1)
+    assert grid.pushed == []
