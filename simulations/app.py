@@ -111,6 +111,10 @@ RUN_CONFIG_DEFAULTS: Final[dict[str, str | int | float]] = {
 }
 #: real seconds after which an unanswered message is forgotten
 MESSAGE_TIMEOUT: Final = 600.0
+#: cap on a node's sample share, as a multiple of the mean share. Data stays on the devices:
+#: a share beyond the local data means more local epochs, and a fast node given many times
+#: its data both overfits its own labels (non-IID) and dominates the share-weighted average.
+MAX_SHARE_OVER_MEAN: Final = 3.0
 
 
 @dataclass(frozen=True)
@@ -515,6 +519,7 @@ def build_strategy(settings: SimSettings, clock: Any) -> Strategy:
         profile=not uniform,
         rebalance="off" if uniform else "seed",
         compute_share=compute_share(sc),
+        max_share_fraction=min(1.0, MAX_SHARE_OVER_MEAN / sc.num_clients),
     )
     if settings.strategy == "edge":
         return strategies.EdgeStrategy(
