@@ -4,11 +4,12 @@
 # (SANs: localhost, 127.0.0.1, ::1 plus any extra host names or IPs given), and one ECDSA P-384
 # key pair (OpenSSH format) per SuperNode for node authentication.
 #
-# Usage: deploy/gen-certs.sh [-o OUTDIR] [-n NUM_SUPERNODES] [-s EXTRA_SAN]...
+# Usage: deploy/gen-certs.sh [-o OUTDIR] [-n NUM_SUPERNODES] [-s EXTRA_SAN]... [-b BITS]
 #   -o OUTDIR          where to write (default: ./certificates); existing files are replaced
 #   -n NUM_SUPERNODES  node key pairs to make (default: 4); 0 = none
 #   -s EXTRA_SAN       extra subjectAltName for the server certificate, e.g. -s 192.168.1.10
 #                      or -s superlink.example.org (repeatable)
+#   -b BITS            RSA key size of the CA and server keys (default: 4096; >= 2048)
 #
 # Output: ca.crt ca.key server.pem server.key and keys/supernode-<i>{,.pub}.
 # For prototyping only: for production use your organisation's PKI.
@@ -16,17 +17,21 @@ set -euo pipefail
 
 out="certificates"
 nodes=4
+bits=4096
 sans=()
-while getopts "o:n:s:h" opt; do
+while getopts "o:n:s:b:h" opt; do
   case "$opt" in
     o) out="$OPTARG" ;;
     n) nodes="$OPTARG" ;;
     s) sans+=("$OPTARG") ;;
-    h) sed -n '2,15p' "$0"; exit 0 ;;
-    *) echo "usage: $0 [-o OUTDIR] [-n NUM_SUPERNODES] [-s EXTRA_SAN]..." >&2; exit 2 ;;
+    b) bits="$OPTARG" ;;
+    h) sed -n '2,16p' "$0"; exit 0 ;;
+    *) echo "usage: $0 [-o OUTDIR] [-n NUM_SUPERNODES] [-s EXTRA_SAN]... [-b BITS]" >&2; exit 2 ;;
   esac
 done
 case "$nodes" in ''|*[!0-9]*) echo "gen-certs: -n must be a whole number >= 0, got '$nodes'" >&2; exit 2 ;; esac
+case "$bits" in ''|*[!0-9]*) bits=0 ;; esac
+[ "$bits" -ge 2048 ] || { echo "gen-certs: -b must be a whole number >= 2048" >&2; exit 2; }
 command -v openssl >/dev/null || { echo "gen-certs: openssl not found" >&2; exit 1; }
 if [ "$nodes" -gt 0 ]; then
   command -v ssh-keygen >/dev/null || { echo "gen-certs: ssh-keygen not found (needed for node keys; use -n 0 to skip)" >&2; exit 1; }
@@ -36,7 +41,7 @@ mkdir -p "$out/keys"
 rm -f "$out"/ca.* "$out"/server.* "$out"/keys/supernode-*
 conf="$out/certificate.conf"
 {
-  printf '[req]\ndefault_bits = 4096\nprompt = no\ndefault_md = sha256\n'
+  printf '[req]\ndefault_bits = %s\nprompt = no\ndefault_md = sha256\n' "$bits"
   printf 'req_extensions = req_ext\ndistinguished_name = dn\n\n'
   printf '[dn]\nC = DE\nST = HH\nO = flower-edge\nCN = localhost\n\n'
   printf '[req_ext]\nsubjectAltName = @alt_names\n\n[alt_names]\n'
@@ -48,10 +53,10 @@ conf="$out/certificate.conf"
   done
 } > "$conf"
 
-openssl genrsa -out "$out/ca.key" 4096 2>/dev/null
+openssl genrsa -out "$out/ca.key" "$bits" 2>/dev/null
 openssl req -new -x509 -key "$out/ca.key" -sha256 -subj "/C=DE/ST=HH/O=flower-edge CA" \
   -days 365 -out "$out/ca.crt"
-openssl genrsa -out "$out/server.key" 4096 2>/dev/null
+openssl genrsa -out "$out/server.key" "$bits" 2>/dev/null
 openssl req -new -key "$out/server.key" -out "$out/server.csr" -config "$conf"
 openssl x509 -req -in "$out/server.csr" -CA "$out/ca.crt" -CAkey "$out/ca.key" -CAcreateserial \
   -out "$out/server.pem" -days 365 -sha256 -extfile "$conf" -extensions req_ext 2>/dev/null

@@ -159,7 +159,8 @@ class Deployment:
         self.certs = self.workdir / "certificates"
         if self.tls:
             self._check(
-                [str(DEPLOY / "gen-certs.sh"), "-o", str(self.certs), "-n", "6"], timeout=120
+                [str(DEPLOY / "gen-certs.sh"), "-o", str(self.certs), "-n", "6", "-b", "2048"],
+                timeout=120,
             )
         self._check(self._connection_command(), timeout=60, home="cli")
 
@@ -243,19 +244,28 @@ class Deployment:
         return 0 if self.superlink is None else self.superlink.count(r"Activated node_id=")
 
     # ------------------------------------------------------------------ SuperNodes
-    def register_node(self, index: int) -> None:
-        """Register node ``index``'s public key with the SuperLink (node authentication)."""
-        key = self.certs / "keys" / f"supernode-{index + 1}.pub"
-        self._check(
-            [str(VENV_BIN / "flwr"), "supernode", "register", str(key), CONNECTION], timeout=60
-        )
+    def register_nodes(self, indices: list[int], timeout: float = 120.0) -> None:
+        """Register the nodes' public keys (``flwr supernode register``, run concurrently)."""
+        procs = []
+        for index in indices:
+            key = self.certs / "keys" / f"supernode-{index + 1}.pub"
+            argv = [str(VENV_BIN / "flwr"), "supernode", "register", str(key), CONNECTION]
+            procs.append(self._spawn(f"register-{index}", argv, "cli"))
+        deadline = time.monotonic() + timeout
+        for proc in procs:
+            try:
+                proc.popen.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                raise TimeoutError(f"{proc.name} did not finish within {timeout:.0f} s") from None
+            if proc.popen.returncode != 0:
+                raise RuntimeError(f"{proc.name} failed:\n{proc.text()}")
 
     def start_supernode(
         self, index: int, node_config: Mapping[str, object], register: bool = True
     ) -> Proc:
         """Start SuperNode ``index`` with ``--node-config`` built from ``node_config``."""
         if self.auth and register and index not in self.node_configs:
-            self.register_node(index)
+            self.register_nodes([index])
         self.node_configs[index] = dict(node_config)
         config = " ".join(f"{k}={toml_value(v)}" for k, v in node_config.items())
         argv = [
@@ -277,7 +287,10 @@ class Deployment:
     def start_supernodes(self, configs: list[dict[str, object]], timeout: float = 90.0) -> None:
         """Start one SuperNode per config and wait until the SuperLink activated all of them."""
         before = self.activated_nodes()
+        if self.auth:
+            self.register_nodes([i for i in range(len(configs)) if i not in self.node_configs])
         for index, config in enumerate(configs):
+            self.node_configs.setdefault(index, dict(config))
             self.start_supernode(index, config)
         self.wait_activated(before + len(configs), timeout)
 

@@ -1,33 +1,61 @@
-"""Flower's deployment runtime on loopback with the tiny app: insecure, TLS and node auth."""
+"""EdgeStrategy on Flower's real deployment runtime, on loopback: TLS, node auth, K = 2.
+
+A SuperLink and four SuperNodes on 127.0.0.1 (free ports chosen at run time, each node with
+its own ``--node-config``), started with the repository's ``deploy/`` scripts, run the test app
+(``tests/deploy_app``: EdgeStrategy on the server's wall clock, numpy clients that add
+``partition-id + 1`` to the global model) for 3 aggregations with K = 2, over TLS with
+SuperNode authentication. An unregistered SuperNode is refused. Every process started is
+stopped by its pid at the end (``deploy_harness``), whatever happens.
+"""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from deploy_harness import deployment, wait_until
 
-pytestmark = pytest.mark.deployment
+pytestmark = [pytest.mark.deployment, pytest.mark.timeout(180)]
 APP = Path(__file__).parent / "deploy_app"
+NODE_CONFIGS = [{"partition-id": i, "num-partitions": 4} for i in range(4)]
 
 
-def _final(log: str) -> list[float]:
-    found = re.findall(r"DEPLOYAPP-FINAL ([-0-9.,]+)", log)
-    assert found, log[-4000:]
-    return [float(v) for v in found[-1].split(",")]
+def result_of(log: str) -> dict[str, Any]:
+    found = re.findall(r"FLOWER-EDGE-RESULT (\{.*\})", log)
+    assert found, log[-5000:]
+    data: dict[str, Any] = json.loads(found[-1])
+    return data
 
 
-def test_tls_and_node_auth_run_the_app_and_refuse_unknown_nodes(tmp_path: Path) -> None:
+def test_edge_strategy_k2_over_tls_with_node_auth(tmp_path: Path) -> None:
     with deployment(tmp_path, tls=True, auth=True) as dep:
         dep.start_superlink()
-        dep.start_supernodes([{"partition-id": i, "num-partitions": 4} for i in range(4)])
-        # a node whose key was never registered is refused by the SuperLink
-        intruder = dep.start_supernode(5, {"partition-id": 0, "num-partitions": 4}, register=False)
+        intruder = dep.start_supernode(5, NODE_CONFIGS[0], register=False)
+        dep.start_supernodes(NODE_CONFIGS)
+        log = dep.run_app(APP, {"num-server-rounds": 3, "threshold": 2}, timeout=150)
+        # a SuperNode whose key was never registered was refused (Flower's exit code 305)
         wait_until(lambda: not intruder.alive(), 60, "the unregistered SuperNode to give up")
         assert intruder.popen.returncode != 0
         assert "Failed to activate SuperNode" in intruder.text()
-        log = dep.run_app(APP, {"num-server-rounds": 2}, timeout=120)
-        # each round adds the mean of (partition-id + 1) over the 4 nodes = 2.5
-        assert _final(log) == [5.0, 5.0, 5.0]
+        result = result_of(log)
+        # 3 aggregations of K + 1 = 3 distinct nodes each
+        assert result["rounds"] == [1, 2, 3]
+        assert all(len(set(p)) == 3 for p in result["participants"]), result["participants"]
+        # every node replied with its own --node-config: partition ids 0..3, one per node
+        assert sorted(result["partitions"].values()) == [0, 1, 2, 3]
+        # each update is global + (partition-id + 1): the global grows by 1..4 per round
+        w0 = result["w0"]
+        assert w0["0"] == 0.0
+        assert 1.0 <= w0["1"] <= 4.0
+        assert w0["3"] > w0["1"]
+        assert len(set(result["global"])) == 1
+        # the logs: 4 nodes registered, three aggregations, no crash anywhere
+        assert "edge: 4 nodes registered" in log
+        assert len(re.findall(r"\[edge round \d\]", log)) == 3
         assert dep.activated_nodes() == 4
+        assert all(dep.nodes[i].alive() for i in range(4))
+        assert dep.superlink is not None
+        assert "Traceback" not in dep.superlink.text()

@@ -1,0 +1,1 @@
+"""flower-edge's deployment app: EdgeStrategy on the wall clock and the digits MLP client."""

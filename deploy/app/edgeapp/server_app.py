@@ -1,0 +1,96 @@
+"""ServerApp of the deployment app: EdgeStrategy on the server's wall clock.
+
+Run-config keys: see ``[tool.flwr.app.config]`` in this app's ``pyproject.toml``. The server
+evaluates each new global model on the held-out digits test set (leave-one-out values and the
+reported accuracy) and, with ``checkpoint-dir``, writes a checkpoint and an audit line per
+aggregated update after each aggregation; ``resume = true`` continues from it.
+"""
+
+from __future__ import annotations
+
+import json
+from logging import INFO
+
+import torch
+from flwr.app import ArrayRecord, Context, MetricRecord
+from flwr.common.logger import log
+from flwr.serverapp import Grid, ServerApp
+from torch import nn
+
+from clients.data import load_centralized_test
+from clients.task import evaluate_model
+from flower_edge.errors import ConfigError
+from flower_edge.models import MLP
+from strategies import EdgeStrategy, LoopConfig, ShareConfig
+
+app = ServerApp()
+
+#: printed once with the run's figures as JSON (tests and scripts grep for it)
+RESULT_TAG = "FLOWER-EDGE-RESULT"
+
+
+def _number(context: Context, key: str) -> float:
+    value = context.run_config[key]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"run config {key!r} must be a number, got {value!r}")
+    return float(value)
+
+
+def build_strategy(context: Context) -> EdgeStrategy:
+    """Return the EdgeStrategy described by the run config."""
+    cfg = context.run_config
+    deadline = _number(context, "deadline")
+    min_nodes = int(_number(context, "min-nodes"))
+    checkpoint = str(cfg["checkpoint-dir"])
+    return EdgeStrategy(
+        threshold=int(_number(context, "threshold")),
+        decay=str(cfg["decay"]),
+        decay_a=_number(context, "decay-a"),
+        loop=LoopConfig(
+            deadline=deadline if deadline > 0 else None,
+            slice_budget=_number(context, "slice-budget"),
+            min_nodes=min_nodes if min_nodes > 0 else None,
+            registration_timeout=_number(context, "registration-timeout"),
+            poll_interval=0.2,
+        ),
+        shares=ShareConfig(
+            profile=bool(cfg["profile"]),
+            max_share_fraction=_number(context, "max-share-fraction"),
+        ),
+        checkpoint_dir=checkpoint or None,
+        resume=bool(cfg["resume"]),
+    )
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """Run EdgeStrategy for ``num-server-rounds`` aggregations and log the figures."""
+    torch.manual_seed(int(_number(context, "seed")))
+    strategy = build_strategy(context)
+    model = MLP(in_features=64)
+    test = load_centralized_test("digits")
+    loss_fn = nn.CrossEntropyLoss()
+
+    def evaluate(rnd: int, arrays: ArrayRecord) -> MetricRecord:
+        model.load_state_dict(arrays.to_torch_state_dict())
+        res = evaluate_model(model, loss_fn, test)
+        return MetricRecord({"accuracy": res.accuracy, "loss": res.loss})
+
+    result = strategy.start(
+        grid,
+        ArrayRecord(model.state_dict()),
+        num_rounds=int(_number(context, "num-server-rounds")),
+        timeout=_number(context, "timeout"),
+        evaluate_fn=evaluate,
+    )
+    final = max(result.evaluate_metrics_serverapp, default=0)
+    summary = {
+        "rounds": [h.round for h in strategy.history],
+        "participants": [list(h.participants) for h in strategy.history],
+        "accuracy": {str(r): m["accuracy"] for r, m in result.evaluate_metrics_serverapp.items()},
+        "final-round": final,
+        "nodes": sorted({n for h in strategy.history for n in h.participants}),
+        "rejected": sum(1 for e in strategy.events if e.kind == "rejected"),
+        "late": sum(1 for e in strategy.events if e.kind == "late"),
+    }
+    log(INFO, "%s %s", RESULT_TAG, json.dumps(summary, sort_keys=True))
