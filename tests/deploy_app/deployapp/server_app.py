@@ -119,6 +119,6 @@ def main(grid: Grid, context: Context) -> None:
         "global": result.arrays["w"].numpy().tolist(),
         "w0": {str(r): float(m["w0"]) for r, m in result.evaluate_metrics_serverapp.items()},
         "partitions": {str(k): v for k, v in sorted(recording.partitions.items())},
-        "events": [[e.node_id, e.kind, e.time] for e in strategy.events],
+        "events": [[e.node_id, e.kind, e.time, e.version] for e in strategy.events],
     }
     log(INFO, "FLOWER-EDGE-RESULT %s", json.dumps(summary, sort_keys=True))

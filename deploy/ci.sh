@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The slow tests on Flower's real deployment runtime (SuperLink + SuperNodes on 127.0.0.1):
+# the user-facing deploy/app end to end over TLS with node authentication (real torch
+# training), a SuperNode killed mid-training and restarted, the ServerApp killed after an
+# aggregation and resumed from its checkpoint. They take several minutes on a small machine,
+# so the default test command (scripts/test.sh) leaves them out (marker "slow"); the
+# deployment test that fits its budget (tests/test_deploy_runtime.py) runs there.
+# Every process a test starts is stopped by its pid; ports are chosen free at run time.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bash "$root/scripts/setup.sh"
+# shellcheck source=/dev/null
+source "$root/scripts/env.sh"
+cd "$root"
+exec "$root/.venv/bin/pytest" -m "deployment and slow" \
+  tests/test_deploy_e2e.py tests/test_faults_deployment.py "$@"
