@@ -73,6 +73,7 @@ def _row(label: str, r: RunResult, extra: dict[str, Any] | None = None) -> dict[
         "job_balance": r.extras.get("job_balance"),
         "samples_processed": r.extras.get("samples_processed"),
         "load_average": os.getloadavg(),
+        "curve": [[round(h.virtual_time, 4), round(h.accuracy, 4)] for h in r.history],
     }
     if extra:
         row.update(extra)
@@ -209,6 +210,11 @@ def summarise(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _retarget(row: dict[str, Any], target: float) -> dict[str, Any]:
+    hit = next((t for t, acc in row["curve"] if acc >= target), None)
+    return {**row, "target_accuracy": target, "time_to_target": hit}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--part", choices=["main", "ablations", "scale", "all"], default="all")
@@ -242,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.summarise is not None:
         rows = [json.loads(x) for x in args.summarise.read_text().splitlines() if x.strip()]
+        if args.target is not None:
+            rows = [_retarget(r, args.target) for r in rows if "curve" in r]
         print(summarise([r for r in rows if r["label"] != "scale"]))
         return 0
     print(
@@ -252,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.part in ("main", "all"):
         rows += part_main(args)
     if args.part in ("ablations", "all"):
-        if not args.rerun_edge:
+        if not args.rerun_edge and args.part == "all":
             args.rerun_edge = not any(r["label"] == "edge" for r in rows)
         rows += part_ablations(args)
     if args.part in ("scale", "all"):
