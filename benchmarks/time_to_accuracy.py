@@ -49,6 +49,7 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "edge-uniform-shares": {"shares": "uniform"},
     "edge-no-abandon": {"theta": math.inf},
     "edge-abandon-theta-0.15": {"theta": 0.15},
+    "edge-abandon-theta-0.05": {"theta": 0.05},
     "edge-constant-weights": {"decay": "constant"},
 }
 
@@ -113,6 +114,8 @@ def part_ablations(args: argparse.Namespace) -> list[dict[str, Any]]:
     for seed in args.seeds:
         for label, options in ABLATIONS.items():
             if label == "edge" and not args.rerun_edge:
+                continue
+            if args.ablations and label not in args.ablations and label != "edge":
                 continue
             s = _settings(args, "edge", seed, **options)
             r = run_experiment(s, engine=args.engine, cpus=args.cpus)
@@ -235,6 +238,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="ablations: run the plain edge strategy again (else take it from main)",
     )
+    p.add_argument(
+        "--ablations",
+        nargs="+",
+        default=None,
+        choices=list(ABLATIONS),
+        help="ablations to run (default: all)",
+    )
     p.add_argument("--scale-clients", type=int, default=100)
     p.add_argument("--scale-rounds", type=int, default=200)
     p.add_argument("--scale-engine", choices=["ray", "inprocess"], default="ray")
@@ -244,6 +254,12 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         default=None,
         help="only print the Markdown summary of an existing JSONL file",
+    )
+    p.add_argument(
+        "--target",
+        type=float,
+        default=None,
+        help="with --summarise: time to this accuracy instead (rows with a curve)",
     )
     args = p.parse_args(argv)
     if args.summarise is not None:
