@@ -1,7 +1,20 @@
-"""Simulations.
+"""Simulations: heterogeneous edge devices on one machine, through Flower's simulation engine.
 
-Virtual devices and clock, scenarios, the Flower App run by ``flwr run .``, the experiment
-runner, reports and plots.
+Modules (import them directly; this package imports nothing heavy):
+
+- :mod:`simulations.devices` — seeded virtual device population, ``VirtualDevice``
+  (a :class:`flower_edge.timing.DeviceTimer`);
+- :mod:`simulations.probe` — ``VirtualProbe``, the device's answer to the resource benchmark;
+- :mod:`simulations.costs` — per-sample training cost of a model from its operator profile;
+- :mod:`simulations.scenarios` — ``digits-20``, ``mnist1d-100`` and their overrides;
+- :mod:`simulations.app` — ``server_app`` / ``client_app`` for ``flwr run .``, ``SimSettings``;
+- :mod:`simulations.fedavg` — Flower's FedAvg on the virtual clock;
+- :mod:`simulations.recorder` — the recording Grid (timelines, wasted work, stable node ids);
+- :mod:`simulations.runner` — ``run_experiment`` (Ray or in-process);
+- :mod:`simulations.report`, :mod:`simulations.plots` — results, JSON contract, plots;
+- :mod:`simulations.cli` — ``flower-edge simulate``.
+
+See ``docs/simulations.md``.
 """
 
 __all__: list[str] = []
