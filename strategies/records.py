@@ -7,7 +7,6 @@ history that simulations and reports read (:class:`AggregationRecord`, :class:`J
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -241,11 +240,15 @@ def parse_profile_reply(msg: Message) -> ProfileRecord:
 
         if not isinstance(report, str):
             raise InputError(f"profile {wire.PROFILE_REPORT!r} must be a JSON string")
-        try:
-            data = json.loads(report)
-        except ValueError as exc:
-            raise InputError(f"profile {wire.PROFILE_REPORT!r} is not JSON: {exc}") from None
-        ProfileReport.from_dict(data)
+        # from_json bounds the size, rejects NaN/Infinity and deep nesting, names the field
+        parsed = ProfileReport.from_json(report)
+        for resource, claimed in zip(("cpu", "gpu", "memory", "disk"), evaluations, strict=True):
+            reported = parsed.evaluations[resource]
+            if not math.isclose(claimed, reported, rel_tol=1e-6, abs_tol=1e-9):
+                raise InputError(
+                    f"profile evaluation of {resource!r} ({claimed!r}) differs from its own "
+                    f"report's ({reported!r})"
+                )
     cpu, gpu, memory, disk = evaluations
     return ProfileRecord(int(msg.metadata.src_node_id), (cpu, gpu, memory, disk), int(samples))
 
