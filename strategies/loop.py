@@ -287,7 +287,7 @@ class SemiAsyncStrategy(Strategy):
         weights = []
         for update in updates:
             weight = self.coefficient(update) * self.decay(update.delay)
-            total.add((update.node_id, update.job_id), list(update.arrays), weight)
+            total.add((update.node_id, update.job_id), list(update.arrays), weight, checked=True)
             weights.append(weight)
         return Combined(total.mean(), tuple(weights), total)
 
