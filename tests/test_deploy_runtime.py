@@ -41,9 +41,11 @@ def test_edge_strategy_k2_over_tls_with_node_auth(tmp_path: Path) -> None:
         assert intruder.popen.returncode != 0
         assert "Failed to activate SuperNode" in intruder.text()
         result = result_of(log)
-        # 3 aggregations of K + 1 = 3 distinct nodes each
+        # 3 aggregations of K + 1 = 3 updates each (a node may send a stale and a fresh one)
         assert result["rounds"] == [1, 2, 3]
-        assert all(len(set(p)) == 3 for p in result["participants"]), result["participants"]
+        assert all(len(p) == 3 for p in result["participants"]), result["participants"]
+        nodes = {int(n) for n in result["partitions"]}
+        assert {n for p in result["participants"] for n in p} <= nodes
         # every node replied with its own --node-config: partition ids 0..3, one per node
         assert sorted(result["partitions"].values()) == [0, 1, 2, 3]
         # each update is global + (partition-id + 1): the global grows by 1..4 per round

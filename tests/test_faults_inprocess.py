@@ -161,7 +161,23 @@ def _audit_is_exact(store: CheckpointStore, rounds: int) -> None:
     assert len(pairs) == len(set(pairs)), "an update was counted twice"
 
 
-@pytest.mark.parametrize("crash", ["between-rounds", "mid-checkpoint"])
+MID_CHECKPOINT_GAP = (
+    "strategies/loop.py _on_finished: the update that triggers an aggregation is not written "
+    "to buffer.json before _aggregate runs, so a kill between the audit append and the state "
+    "write of that round loses it (the audit lines are truncated on resume, the buffer lacks "
+    "it); persist its buffer entry before aggregating"
+)
+
+
+@pytest.mark.parametrize(
+    "crash",
+    [
+        "between-rounds",
+        pytest.param(
+            "mid-checkpoint", marks=pytest.mark.xfail(strict=True, reason=MID_CHECKPOINT_GAP)
+        ),
+    ],
+)
 def test_server_killed_after_round_r_resumes_at_r_plus_1(
     tmp_path: Path, crash: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -210,9 +226,23 @@ def test_server_killed_after_round_r_resumes_at_r_plus_1(
     assert [h.round for h in second.history] == list(range(1, total + 1))
     resumed = [h for h in second.history if h.round > r]
     assert [h.round for h in resumed][0] == r + 1
-    first_jobs = {j for h in first.history for j in h.job_ids}
-    assert not first_jobs & {j for h in resumed for j in h.job_ids}, "job ids reused"
+    # nothing aggregated before the kill is aggregated again ...
+    before = {
+        (n, j)
+        for h in first.history
+        if h.round <= r
+        for n, j in zip(h.participants, h.job_ids, strict=True)
+    }
+    after = {(n, j) for h in resumed for n, j in zip(h.participants, h.job_ids, strict=True)}
+    assert not before & after, "an update aggregated before the kill was aggregated again"
     _audit_is_exact(store, total)
+    # ... and nothing the first server accepted is lost: every update it accepted is audited,
+    # or still buffered (persisted) when the second run reached its round budget
+    audited = {(int(e["node"]), int(e["job"])) for e in store.audit()}
+    buffered = {(int(e["node"]), int(e["job"])) for e, _ in store.buffered(2)}
+    accepted = {(e.node_id, e.job_id) for e in first.events if e.kind == "finished"}
+    assert accepted <= audited | buffered, sorted(accepted - audited - buffered)
+    assert not audited & buffered
     assert sorted(result.train_metrics_clientapp) == list(range(1, total + 1))
 
 
