@@ -6,4 +6,4 @@ bash "$root/scripts/setup.sh"
 # shellcheck source=/dev/null
 source "$root/scripts/env.sh"
 cd "$root"
-exec "$root/.venv/bin/flower-edge" profile "$@"
+exec "$root/.venv/bin/flower-edge" simulate "$@"
