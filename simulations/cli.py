@@ -38,8 +38,7 @@ DEFAULT_RUNS_DIR = Path("runs")
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register the ``simulate`` sub-command."""
-    from simulations.runner import ENGINES
-    from simulations.scenarios import SCENARIOS, STRATEGIES
+    from simulations.scenarios import ENGINES, SCENARIOS, STRATEGIES
 
     p: argparse.ArgumentParser = subparsers.add_parser(
         "simulate",

@@ -21,16 +21,14 @@ import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, get_args
+from typing import Any
 
 from flower_edge.errors import ConfigError, FlowerEdgeError
 from simulations.app import ProgressFn, SimSettings
 from simulations.report import RunResult
+from simulations.scenarios import ENGINES, Engine
 
 __all__ = ["ENGINES", "Engine", "run_experiment", "run_many"]
-
-Engine = Literal["ray", "inprocess"]
-ENGINES: tuple[str, ...] = get_args(Engine)
 
 
 def _quiet_flower(verbose: bool) -> None:

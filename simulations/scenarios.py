@@ -30,6 +30,8 @@ from simulations.devices import PopulationConfig
 
 __all__ = [
     "DATASET_SIZES",
+    "ENGINES",
+    "Engine",
     "SCENARIOS",
     "STRATEGIES",
     "Partition",
@@ -41,6 +43,10 @@ __all__ = [
 
 StrategyName = Literal["edge", "fedavg", "fedbuff", "fedasync"]
 STRATEGIES: tuple[str, ...] = get_args(StrategyName)
+
+#: how a scenario runs: Flower's simulation engine (Ray) or one process without Ray
+Engine = Literal["ray", "inprocess"]
+ENGINES: tuple[str, ...] = get_args(Engine)
 Partition = Literal["iid", "dirichlet"]
 PARTITIONS: tuple[str, ...] = get_args(Partition)
 
