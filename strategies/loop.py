@@ -512,6 +512,9 @@ class _Run:  # the state of one start() call
                 self._check_metric_key(metrics)  # before any message is sent
                 self.result.evaluate_metrics_serverapp[0] = metrics
             self._profile(node_ids)
+        elif self.buffer and self.s.aggregation_due(len(self.buffer)) and not self._finished():
+            # killed while checkpointing the aggregation these updates triggered: redo it
+            self._aggregate(max(u.received_at for u in self.buffer))
         self._start_idle_jobs()
         while not self._finished():
             if not self._pump():
@@ -839,7 +842,12 @@ class _Run:  # the state of one start() call
             return
         reply: TrainReply | None = None
         reason: str | None = None
-        if src != sent.node_id:
+        if msg.has_error():
+            # Flower's own errors (node unavailable, message expired) come from the SuperLink
+            # (node 1), not from the node the message was for: report Flower's reason
+            error = msg.error
+            reason = f"client error for node {sent.node_id} (code {error.code}): {error.reason}"
+        elif src != sent.node_id:
             reason = f"reply from node {src} to a message for node {sent.node_id}"
         else:
             try:
@@ -1086,15 +1094,17 @@ class _Run:  # the state of one start() call
         node.job = None
         node.last_base = base
         node.late = False
-        if self.s.aggregation_due(len(self.buffer)):
-            self._aggregate(when)
-        elif self.store is not None:
+        if self.store is not None:
+            # persisted before any aggregation it may trigger: a kill during that
+            # aggregation's checkpoint loses nothing accepted (resume re-aggregates it)
             update = self.buffer[-1]
             self.store.save_buffered(
                 [self._buffer_entry(u) for u in self.buffer],
                 self._buffer_entry(update),
                 update.arrays,
             )
+        if self.s.aggregation_due(len(self.buffer)):
+            self._aggregate(when)
 
     def _buffer_entry(self, u: Update) -> dict[str, Any]:
         return {

@@ -163,24 +163,29 @@ def test_updates_accepted_between_aggregations_survive_a_kill(tmp_path: Path) ->
     killed = edge(resume=False)
     with pytest.raises(ServerKilledError):
         killed.start(InProcessGrid(toy, 4), model(0.0), num_rounds=3, evaluate_fn=dies_in_round_2)
-    buffered = [
-        (e.node_id, e.job_id) for e in killed.events if e.kind == "finished" and e.version == 1
-    ]
-    assert [n for n, _ in buffered[:2]] == [1004, 1003]  # accepted after round 1, then the kill
+    finished = [e for e in killed.events if e.kind == "finished"]
+    after_round_1 = [(e.node_id, e.job_id) for e in finished if e.version == 1]
+    # accepted after round 1 (base version 1), then a stale update (base 0) triggered round 2,
+    # whose evaluation died
+    assert [n for n, _ in after_round_1[:2]] == [1004, 1003]
+    buffered = [*after_round_1[:2], (finished[-1].node_id, finished[-1].job_id)]
+    assert finished[-1].version == 0
     store = CheckpointStore(tmp_path)
     saved = store.buffered(2)
-    assert [(e["node"], e["job"]) for e, _ in saved] == buffered[:2]
-    for (entry, arrays), key in zip(saved, buffered, strict=False):
+    # the trigger is persisted before aggregating, so the kill loses none of the three
+    assert [(e["node"], e["job"]) for e, _ in saved] == buffered[:3]
+    for (entry, arrays), key, base in zip(saved, buffered, (1, 1, 0), strict=True):
         for a, b in zip(arrays, toy.returned[key], strict=True):
             np.testing.assert_array_equal(a, b)  # exactly what the client sent
-        assert entry["base_version"] == 1
+        assert entry["base_version"] == base
 
     resumed = edge(resume=True)
     fresh = ToyEdge()
     resumed.start(InProcessGrid(fresh, 4), model(0.0), num_rounds=3, evaluate_fn=evaluate)
     second = resumed.history[1]
     assert second.round == 2
-    assert list(zip(second.participants, second.job_ids, strict=True))[:2] == buffered[:2]
+    # round 2 is redone at once on resume, from exactly the three persisted updates
+    assert list(zip(second.participants, second.job_ids, strict=True)) == buffered[:3]
     assert second.delays[:2] == pytest.approx((1.75, 3.0))
     assert store.buffered(2) == []  # emptied by the aggregation of round 3
     assert not list(tmp_path.glob("update-*.npz"))

@@ -63,7 +63,7 @@ def _raises(msg: Message, ctx: Context) -> Message:
 
 
 BAD: dict[str, tuple[Callable[[Message, Context], Message], str]] = {
-    "error": (_raises, "client error .*disk full"),
+    "error": (_raises, "client error for node .* disk full"),
     "shape": (
         lambda m, c: _reply(m, {"w": np.ones(4, np.float32), "steps": np.array([1])}, _protocol(m)),
         "array 0 has shape",
