@@ -93,6 +93,9 @@ __all__ = ["Combined", "EvaluateFn", "SemiAsyncStrategy", "Update"]
 NDArray = npt.NDArray[Any]
 EvaluateFn = Callable[[int, ArrayRecord], MetricRecord | None]
 JOB_EPOCH = 1_000_000_000  # job ids of the k-th resume start at k * JOB_EPOCH
+#: (share, seconds) observations kept per node for the time model T = k f + b: the most recent
+#: ones (the fit follows a device whose speed changes, and the state stays bounded)
+MAX_OBSERVATIONS = 32
 
 
 @dataclass(frozen=True)
@@ -1076,6 +1079,7 @@ class _Run:  # the state of one start() call
         delay = max(when - job.delivered[base], 0.0)
         if job.abandoned == 0 and job.share > 0:
             node.observations.append((float(job.share), max(when - job.started_at, 0.0)))
+            del node.observations[:-MAX_OBSERVATIONS]
         self.buffer.append(
             Update(
                 node.node_id,

@@ -192,3 +192,14 @@ def test_updates_accepted_between_aggregations_survive_a_kill(tmp_path: Path) ->
     audit = [(e["node"], e["job"]) for e in store.audit()]
     assert len(audit) == len(set(audit))
     assert [e["round"] for e in store.audit()] == [1, 1, 1, 2, 2, 2, 3, 3, 3]
+
+
+def test_time_model_observations_stay_bounded(tmp_path: Path) -> None:
+    from strategies.loop import MAX_OBSERVATIONS
+
+    rounds = MAX_OBSERVATIONS + 8  # every node finishes one job per round (K = n - 1)
+    _run(rounds, tmp_path)
+    state = json.loads((tmp_path / STATE_FILE).read_text())
+    kept = [len(node["observations"]) for node in state["nodes"].values()]
+    assert len(kept) == 4
+    assert max(kept) == MAX_OBSERVATIONS
