@@ -51,6 +51,10 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "edge-abandon-theta-0.15": {"theta": 0.15},
     "edge-abandon-theta-0.05": {"theta": 0.05},
     "edge-constant-weights": {"decay": "constant"},
+    # the seed's rule: average the full models, move all the way (the scenarios' default
+    # before 2026-11-30 was this, with one epoch of work per round instead of local_epochs)
+    "edge-seed-rule": {"aggregate": "models", "server_lr": 1.0},
+    "edge-deltas-lr-1": {"server_lr": 1.0},
 }
 
 

@@ -61,6 +61,7 @@ if TYPE_CHECKING:
 
     from clients.task import Task
     from simulations.recorder import WorkLedger
+    from strategies.edge import Aggregate
 
 __all__ = [
     "RUN_CONFIG_DEFAULTS",
@@ -141,6 +142,10 @@ class SimSettings:
         Abandon threshold (>= 0; ``math.inf`` never abandons).
     shares : {"match", "uniform"} (default: "match")
         Sample shares from the radar match ratio (with rebalancing) or equal shares.
+    aggregate : {"models", "deltas"}, optional
+        What the edge strategy averages (default: the scenario's ``edge_aggregate``).
+    server_lr : float, optional
+        The edge strategy's server learning rate (default: the scenario's ``edge_server_lr``).
     """
 
     scenario: Scenario
@@ -152,6 +157,8 @@ class SimSettings:
     alpha: float = 0.5
     theta: float = 0.6
     shares: ShareMode = "match"
+    aggregate: Aggregate | None = None
+    server_lr: float | None = None
 
     def __post_init__(self) -> None:
         resolve_strategies(self.strategy)
@@ -174,6 +181,16 @@ class SimSettings:
             raise InputError(f"theta must be >= 0 (inf = never abandon), got {self.theta!r}")
         if self.shares not in SHARE_MODES:
             raise InputError(f"shares must be one of {', '.join(SHARE_MODES)}, got {self.shares!r}")
+        from strategies.edge import AGGREGATES
+
+        if self.aggregate is not None and self.aggregate not in AGGREGATES:
+            raise InputError(
+                f"aggregate must be one of {', '.join(AGGREGATES)}, got {self.aggregate!r}"
+            )
+        if self.server_lr is not None and not (
+            math.isfinite(self.server_lr) and self.server_lr > 0
+        ):
+            raise InputError(f"server-lr must be > 0, got {self.server_lr!r}")
 
     @classmethod
     def create(
@@ -292,6 +309,32 @@ def devices_for(scenario: Scenario, seed: int) -> tuple[VirtualDevice, ...]:
     cost = model_cost(scenario.model, (scenario.batch_size, features)).cost
     specs = make_population(scenario.population(seed))
     return tuple(VirtualDevice(spec, cost, seed=seed) for spec in specs)
+
+
+@lru_cache(maxsize=8)
+def samples_per_round(scenario: Scenario, seed: int) -> int:
+    """Return the edge strategy's samples per round: local epochs x all local training samples.
+
+    Without it the strategy's default (the local training samples of all nodes, one epoch)
+    would give the edge strategy's jobs half the work of the baselines' ``local_epochs``
+    epochs at the scenario's 2 epochs, and the update budgets would not compare equal work.
+    """
+    from clients.data import load_partition
+
+    local = sum(
+        len(
+            load_partition(
+                scenario.dataset,
+                pid,
+                scenario.num_clients,
+                partitioning=scenario.partition,
+                alpha=scenario.dirichlet_alpha,
+                seed=seed,
+            )[0]
+        )
+        for pid in range(scenario.num_clients)
+    )
+    return scenario.local_epochs * local
 
 
 def compute_share(scenario: Scenario) -> float:
@@ -519,6 +562,7 @@ def build_strategy(settings: SimSettings, clock: Any) -> Strategy:
         profile=not uniform,
         rebalance="off" if uniform else "seed",
         compute_share=compute_share(sc),
+        total_samples=None if uniform else samples_per_round(sc, settings.seed),
         max_share_fraction=min(1.0, MAX_SHARE_OVER_MEAN / sc.num_clients),
     )
     if settings.strategy == "edge":
@@ -526,6 +570,8 @@ def build_strategy(settings: SimSettings, clock: Any) -> Strategy:
             threshold=sc.threshold,
             decay=settings.decay,
             decay_a=settings.decay_a,
+            aggregate=sc.edge_aggregate if settings.aggregate is None else settings.aggregate,
+            server_lr=sc.edge_server_lr if settings.server_lr is None else settings.server_lr,
             loop=loop,
             shares=shares,
             clock=clock,

@@ -121,6 +121,8 @@ class Scenario:
     local_epochs: int
     slice_budget: float
     min_client_samples: int = 8
+    edge_aggregate: Literal["models", "deltas"] = "deltas"
+    edge_server_lr: float = 0.2
 
     def __post_init__(self) -> None:
         self.validate()
@@ -164,6 +166,7 @@ class Scenario:
             ("mean_online", self.mean_online),
             ("mean_offline", self.mean_offline),
             ("learning_rate", self.learning_rate),
+            ("edge_server_lr", self.edge_server_lr),
             ("local_epochs", self.local_epochs),
             ("update_budget", self.update_budget),
             ("batch_size", self.batch_size),
@@ -171,6 +174,10 @@ class Scenario:
         for name, value in positive:
             if not (math.isfinite(value) and value > 0):
                 raise InputError(f"{name} must be > 0, got {value!r}")
+        if self.edge_aggregate not in ("models", "deltas"):
+            raise ConfigError(
+                f"edge_aggregate must be models or deltas, got {self.edge_aggregate!r}"
+            )
 
     def population(self, seed: int) -> PopulationConfig:
         """Return the device population of this scenario under ``seed``."""

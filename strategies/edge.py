@@ -11,9 +11,71 @@ after each aggregation from each node's fitted ``T = k f + b``).
 
 from __future__ import annotations
 
-from strategies.loop import SemiAsyncStrategy
+import math
+from collections.abc import Hashable, Sequence
+from logging import INFO
+from typing import Any, Literal, get_args
 
-__all__ = ["EdgeStrategy"]
+import numpy as np
+from flwr.common.logger import log
+
+from flower_edge.aggregation import WeightedSum
+from flower_edge.errors import ConfigError
+from strategies.loop import Combined, NDArray, SemiAsyncStrategy, Update
+
+__all__ = ["AGGREGATES", "Aggregate", "EdgeStrategy"]
+
+Aggregate = Literal["models", "deltas"]
+AGGREGATES: tuple[str, ...] = get_args(Aggregate)
+"""What EdgeStrategy averages: the local models (the seed) or their deltas from their bases."""
+
+
+def _cast_like(values: NDArray, ref: NDArray) -> NDArray:
+    if ref.dtype.kind != "f":
+        values = np.rint(values)
+    return values.astype(ref.dtype, copy=False)
+
+
+def _delta(array: NDArray, base: NDArray) -> NDArray:
+    """``array - base`` in float64 (float tensors) or int64 (integer counters)."""
+    dtype = np.float64 if np.asarray(base).dtype.kind == "f" else np.int64
+    return np.asarray(array, dtype=dtype) - np.asarray(base, dtype=dtype)
+
+
+class _StepSum(WeightedSum):
+    """A :class:`WeightedSum` whose means are new global models ``x + lr * step``.
+
+    ``deltas=False``: the sum holds local models ``x_i`` and ``step = mean - x``;
+    ``deltas=True``: it holds deltas ``x_i - x_base_i`` and ``step = mean``. Leave-one-out
+    means (``mean_without``) are the new global without update i, the same way, and
+    :meth:`update` returns the model that update i alone would give, so first-order values
+    see the same geometry as with the seed's rule.
+    """
+
+    def __init__(self, global_arrays: Sequence[NDArray], lr: float, *, deltas: bool) -> None:
+        super().__init__(global_arrays)
+        self._global = [np.asarray(a) for a in global_arrays]
+        self._lr = lr
+        self._deltas = deltas
+
+    def _finish(self, arrays: Sequence[NDArray]) -> list[NDArray]:
+        out = []
+        for array, x in zip(arrays, self._global, strict=True):
+            x64 = x.astype(np.float64)
+            step = np.asarray(array, dtype=np.float64)
+            if not self._deltas:
+                step = step - x64
+            out.append(_cast_like(x64 + self._lr * step, x))
+        return out
+
+    def mean(self) -> list[NDArray]:
+        return self._finish(super().mean())
+
+    def mean_without(self, key: Hashable) -> list[NDArray]:
+        return self._finish(super().mean_without(key))
+
+    def update(self, key: Hashable) -> Sequence[NDArray]:
+        return self._finish(super().update(key))
 
 
 class EdgeStrategy(SemiAsyncStrategy):
@@ -36,10 +98,22 @@ class EdgeStrategy(SemiAsyncStrategy):
     positive or without an ``evaluate_fn``. Values go into the next train messages and into
     ``Result.train_metrics_clientapp[r]["value-<node id>"]``.
 
+    Not in the seed (options; the defaults are the seed's rule): ``server_lr`` (``eta``)
+    moves the global model only part of the way, ``x <- x + eta (sum_i w_i x_i / sum_i w_i -
+    x)``; ``aggregate="deltas"`` averages each update's change from the global model it
+    started from instead of the model itself, ``x <- x + eta sum_i w_i (x_i - x_base_i) /
+    sum_i w_i``. With many nodes and few participants per aggregation, updates are several
+    versions stale, and averaging their full models pulls the global back towards those old
+    versions; averaging deltas keeps the progress made since (docs/strategy.md, *Weights*).
+
     Parameters
     ----------
     threshold : int
         K, ``>= 1`` and ``<`` the number of nodes.
+    aggregate : {"models", "deltas"} (default: "models")
+        Average the local models (the seed) or their deltas from their base models.
+    server_lr : float (default: 1.0)
+        ``eta`` in ``(0, 1]`` for ``"models"``, ``> 0`` for ``"deltas"``.
     **options
         See :class:`~strategies.loop.SemiAsyncStrategy`: ``decay``, ``decay_a``, ``decay_b``,
         ``loop``, ``shares``, ``valuation``, ``stop``, ``clock``, ``checkpoint_dir``,
@@ -49,6 +123,65 @@ class EdgeStrategy(SemiAsyncStrategy):
     --------
     >>> from strategies import EdgeStrategy
     >>> strategy = EdgeStrategy(threshold=4, decay="polynomial", decay_a=0.5)
+    >>> stale_ok = EdgeStrategy(threshold=10, aggregate="deltas", server_lr=0.5)
     """
 
     name = "edge"
+
+    def __init__(
+        self,
+        threshold: int,
+        *,
+        aggregate: Aggregate = "models",
+        server_lr: float = 1.0,
+        **options: Any,
+    ) -> None:
+        super().__init__(threshold, **options)
+        if aggregate not in AGGREGATES:
+            raise ConfigError(
+                f"aggregate must be one of {', '.join(AGGREGATES)}, got {aggregate!r}"
+            )
+        if (
+            isinstance(server_lr, bool)
+            or not isinstance(server_lr, int | float)
+            or not math.isfinite(server_lr)
+            or server_lr <= 0
+            or (aggregate == "models" and server_lr > 1)
+        ):
+            bound = "in (0, 1]" if aggregate == "models" else "finite and > 0"
+            raise ConfigError(f"server_lr must be {bound} for {aggregate}, got {server_lr!r}")
+        self.aggregate = aggregate
+        self.server_lr = float(server_lr)
+        self.needs_bases = aggregate == "deltas"
+
+    def combine(
+        self,
+        global_arrays: list[NDArray],
+        updates: Sequence[Update],
+        version: int,
+        bases: dict[int, list[NDArray]],
+    ) -> Combined:
+        """Return the new global model (see the class notes; the default is the seed's rule).
+
+        With ``"deltas"``, an update whose base model is no longer known (e.g. restored
+        from a checkpoint) counts as a delta from the current global model.
+        """
+        if self.aggregate == "models" and self.server_lr == 1.0:
+            return super().combine(global_arrays, updates, version, bases)
+        deltas = self.aggregate == "deltas"
+        total = _StepSum(global_arrays, self.server_lr, deltas=deltas)
+        weights = []
+        for update in updates:
+            weight = self.coefficient(update) * self.decay(update.delay)
+            arrays: list[NDArray] = list(update.arrays)
+            if deltas:
+                base = bases.get(update.base_version, global_arrays)
+                arrays = [_delta(a, b) for a, b in zip(arrays, base, strict=True)]
+            total.add((update.node_id, update.job_id), arrays, weight, checked=True)
+            weights.append(weight)
+        return Combined(total.mean(), tuple(weights), total)
+
+    def summary(self) -> None:
+        """Log the settings, the aggregation rule included."""
+        super().summary()
+        log(INFO, "\t├── aggregate: %s, server_lr %s", self.aggregate, self.server_lr)

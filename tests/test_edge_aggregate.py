@@ -1,0 +1,100 @@
+"""EdgeStrategy's ``aggregate`` ("models" / "deltas") and ``server_lr`` options."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_strategy_loop import DUR, run_edge
+from test_strategy_toys import ToyEdge, as_numpy
+
+from flower_edge.errors import ConfigError
+from strategies import EdgeStrategy
+from strategies.loop import Update
+
+
+def _update(node: int, base: int, w: list[float], share: int = 1, delay: float = 0.0) -> Update:
+    arrays = (np.asarray(w, dtype=np.float32), np.array([node], dtype=np.int64))
+    return Update(node, node, base, arrays, share, share, delay, 0.0, False, None)
+
+
+def test_defaults_are_the_seed_rule() -> None:
+    strategy = EdgeStrategy(threshold=2)
+    assert (strategy.aggregate, strategy.server_lr, strategy.needs_bases) == ("models", 1.0, False)
+
+
+def test_models_with_a_server_lr_move_part_of_the_way() -> None:
+    s = EdgeStrategy(threshold=1, aggregate="models", server_lr=0.25, decay="constant")
+    g = [np.full(2, 4.0, dtype=np.float32), np.array([0], dtype=np.int64)]
+    ups = [_update(1, 0, [0.0, 0.0], share=1), _update(2, 0, [8.0, 8.0], share=3)]
+    out = s.combine(g, ups, 0, {0: g})
+    # mean = (0 + 3 * 8) / 4 = 6; x + 0.25 (6 - 4) = 4.5
+    np.testing.assert_allclose(out.arrays[0], [4.5, 4.5])
+    assert out.arrays[0].dtype == np.float32
+    assert out.arrays[1].dtype == np.int64
+    assert out.weights == (1.0, 3.0)
+    # leave-one-out: without node 2 the mean is 0, so 4 + 0.25 (0 - 4) = 3
+    assert out.total is not None
+    np.testing.assert_allclose(out.total.mean_without((2, 2))[0], [3.0, 3.0])
+
+
+def test_deltas_are_taken_from_each_update_s_own_base() -> None:
+    s = EdgeStrategy(threshold=1, aggregate="deltas", server_lr=0.5, decay="constant")
+    assert s.needs_bases
+    base0 = [np.zeros(2, dtype=np.float32), np.array([0], dtype=np.int64)]
+    base1 = [np.full(2, 10.0, dtype=np.float32), np.array([0], dtype=np.int64)]
+    g = [np.full(2, 20.0, dtype=np.float32), np.array([0], dtype=np.int64)]
+    # stale update from version 0 moved +2; fresh update from version 1 moved +6
+    ups = [_update(1, 0, [2.0, 2.0]), _update(2, 1, [16.0, 16.0])]
+    out = s.combine(g, ups, 2, {0: base0, 1: base1})
+    # x + 0.5 * mean(2, 6) = 20 + 2 = 22 (the seed's rule would give mean(2, 16) = 9)
+    np.testing.assert_allclose(out.arrays[0], [22.0, 22.0])
+    assert out.total is not None
+    np.testing.assert_allclose(out.total.mean_without((1, 1))[0], [23.0, 23.0])
+    np.testing.assert_allclose(out.total.mean_without((2, 2))[0], [21.0, 21.0])
+    # a base no longer known counts as a delta from the current global
+    lost = s.combine(g, ups, 2, {1: base1})
+    np.testing.assert_allclose(lost.arrays[0], [20.0 + 0.5 * (-18.0 + 6.0) / 2] * 2)
+
+
+def test_deltas_in_a_run_match_a_hand_computation() -> None:
+    toy = ToyEdge()
+    strategy, result, _ = run_edge(toy, aggregate="deltas", server_lr=0.5)
+    first, second = strategy.history
+    x0 = np.zeros(3)
+
+    def step(h, bases):  # type: ignore[no-untyped-def]
+        weights = [100.0 * (1.0 + d) ** -0.5 for d in h.delays]
+        deltas = [
+            toy.returned[(n, j)][0].astype(np.float64) - bases[b]
+            for n, j, b in zip(h.participants, h.job_ids, h.base_versions, strict=True)
+        ]
+        return sum(w * d for w, d in zip(weights, deltas, strict=True)) / sum(weights)
+
+    x1 = (x0 + 0.5 * step(first, {0: x0})).astype(np.float32).astype(np.float64)
+    assert second.base_versions == (1, 1, 0)
+    assert second.delays == pytest.approx((DUR[1004], DUR[1003], DUR[1001]))
+    x2 = x1 + 0.5 * step(second, {0: x0, 1: x1})
+    np.testing.assert_allclose(as_numpy(result.arrays)[0], x2.astype(np.float32), rtol=1e-6)
+    # values are computed (leave-one-out on the new global) and sum to 1
+    metrics = result.train_metrics_clientapp[2]
+    values = [metrics[f"value-{n}"] for n in set(second.participants)]
+    assert sum(values) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"aggregate": "sum"}, "aggregate must be"),
+        ({"server_lr": 0.0}, "server_lr must be"),
+        ({"server_lr": 1.5}, "server_lr must be in"),
+        ({"aggregate": "deltas", "server_lr": float("nan")}, "server_lr must be"),
+        ({"server_lr": True}, "server_lr must be"),
+    ],
+)
+def test_bad_options_are_refused(options: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        EdgeStrategy(threshold=2, **options)  # type: ignore[arg-type]
+
+
+def test_deltas_allow_a_server_lr_above_one() -> None:
+    assert EdgeStrategy(threshold=2, aggregate="deltas", server_lr=2.0).server_lr == 2.0

@@ -1,0 +1,41 @@
+"""The scenarios' edge-strategy defaults: delta aggregation, server lr, work per round."""
+
+from dataclasses import replace
+
+import pytest
+
+from flower_edge.errors import ConfigError, InputError
+from simulations.app import SimSettings, build_strategy, samples_per_round
+from simulations.scenarios import SCENARIOS
+from strategies.clock import VirtualClock
+
+
+def test_scenarios_default_to_deltas_with_a_server_lr() -> None:
+    s = SimSettings.create("digits-20", "edge", clients=6, seed=2)
+    strategy = build_strategy(s, VirtualClock())
+    assert (strategy.aggregate, strategy.server_lr) == ("deltas", 0.2)  # type: ignore[attr-defined]
+    assert strategy.needs_bases
+    seed_rule = replace(s, aggregate="models", server_lr=1.0)
+    strategy = build_strategy(seed_rule, VirtualClock())
+    assert (strategy.aggregate, strategy.server_lr) == ("models", 1.0)  # type: ignore[attr-defined]
+
+
+def test_match_shares_total_local_epochs_of_all_local_samples() -> None:
+    s = SimSettings.create("digits-20", "edge", clients=6, seed=2)
+    total = samples_per_round(s.scenario, 2)
+    # digits: 1438 samples, 80 % of each partition for local training, 2 epochs
+    assert total == pytest.approx(2 * 0.8 * 1438, rel=0.01)
+    assert build_strategy(s, VirtualClock()).shares.total_samples == total
+    uniform = replace(s, shares="uniform")
+    assert build_strategy(uniform, VirtualClock()).shares.total_samples is None
+
+
+def test_bad_edge_options_are_refused() -> None:
+    with pytest.raises(InputError, match="aggregate must be one of"):
+        SimSettings.create("digits-20", "edge", aggregate="sum")
+    with pytest.raises(InputError, match="server-lr must be > 0"):
+        SimSettings.create("digits-20", "edge", server_lr=0.0)
+    with pytest.raises(InputError, match="edge_server_lr must be > 0"):
+        replace(SCENARIOS["digits-20"], edge_server_lr=-1.0)
+    with pytest.raises(ConfigError, match="edge_aggregate must be"):
+        replace(SCENARIOS["digits-20"], edge_aggregate="sum")  # type: ignore[arg-type]
