@@ -35,7 +35,19 @@ def _baseline_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-class FedBuff(SemiAsyncStrategy):
+class _WithoutValues(SemiAsyncStrategy):
+    """A baseline on the semi-async loop: no leave-one-out values, none sent to the clients."""
+
+    def values_enabled(self) -> bool:
+        """Return ``False``: no values."""
+        return False
+
+    def sends_values(self) -> bool:
+        """Return ``False``: no values."""
+        return False
+
+
+class FedBuff(_WithoutValues):
     """FedBuff: buffered asynchronous aggregation (Nguyen et al., AISTATS 2022).
 
     Aggregates when the buffer holds K updates (``>= threshold``): ``x <- x + eta * (1/K)
@@ -69,14 +81,6 @@ class FedBuff(SemiAsyncStrategy):
         """Describe the trigger."""
         return f">= K = {self.threshold}"
 
-    def values_enabled(self) -> bool:
-        """Return ``False``: no values."""
-        return False
-
-    def sends_values(self) -> bool:
-        """Return ``False``: no values."""
-        return False
-
     def combine(
         self,
         global_arrays: list[NDArray],
@@ -97,7 +101,7 @@ class FedBuff(SemiAsyncStrategy):
         return Combined(out, weights)
 
 
-class FedAsync(SemiAsyncStrategy):
+class FedAsync(_WithoutValues):
     """FedAsync: mix every update into the global as it arrives (Xie, Koyejo, Gupta, 2019).
 
     ``x <- (1 - alpha_t) x + alpha_t x_new`` with ``alpha_t = alpha * s(t - tau)``,
@@ -146,14 +150,6 @@ class FedAsync(SemiAsyncStrategy):
     def trigger_text(self) -> str:
         """Describe the trigger."""
         return ">= 1 (every update)"
-
-    def values_enabled(self) -> bool:
-        """Return ``False``: no values."""
-        return False
-
-    def sends_values(self) -> bool:
-        """Return ``False``: no values."""
-        return False
 
     def combine(
         self,
