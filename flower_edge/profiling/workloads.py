@@ -30,6 +30,7 @@ import contextlib
 import math
 import os
 import time
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Protocol
 
@@ -100,15 +101,20 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-class _TrainWorkload:
-    """Training steps of a small model over repeated synthetic batches."""
+class _TrainWorkload(ABC):
+    """Training steps of a small model over repeated synthetic batches.
 
-    name = "train"
-    resource = "cpu"
+    Subclasses set ``kind`` and build the model; the workload is named ``<resource>-<kind>``,
+    the resource being ``gpu`` on a CUDA device and ``cpu`` otherwise.
+    """
+
+    kind = "train"
 
     def __init__(self, device: str = "cpu", batch: int = 64) -> None:
         if batch < 1:
             raise ValueError(f"batch must be >= 1, got {batch}")
+        self.resource = "gpu" if device.startswith("cuda") else "cpu"
+        self.name = f"{self.resource}-{self.kind}"
         self.device_name = device
         self.batch = batch
         self._model: torch.nn.Module | None = None
@@ -116,8 +122,9 @@ class _TrainWorkload:
         self._x: torch.Tensor | None = None
         self._y: torch.Tensor | None = None
 
+    @abstractmethod
     def _build(self) -> tuple[torch.nn.Module, tuple[int, ...]]:
-        raise NotImplementedError
+        """Return the model and the shape of one sample."""
 
     def prepare(self, samples: int) -> None:
         """Build the model and one synthetic batch on the device."""
@@ -177,10 +184,7 @@ class DenseWorkload(_TrainWorkload):
         Samples per step.
     """
 
-    def __init__(self, device: str = "cpu", batch: int = 64) -> None:
-        super().__init__(device, batch)
-        self.resource = "gpu" if device.startswith("cuda") else "cpu"
-        self.name = f"{self.resource}-dense"
+    kind = "dense"
 
     def _build(self) -> tuple[torch.nn.Module, tuple[int, ...]]:
         from torch import nn
@@ -202,10 +206,7 @@ class ConvWorkload(_TrainWorkload):
         Samples per step.
     """
 
-    def __init__(self, device: str = "cpu", batch: int = 64) -> None:
-        super().__init__(device, batch)
-        self.resource = "gpu" if device.startswith("cuda") else "cpu"
-        self.name = f"{self.resource}-conv"
+    kind = "conv"
 
     def _build(self) -> tuple[torch.nn.Module, tuple[int, ...]]:
         from torch import nn
@@ -223,7 +224,7 @@ class ConvWorkload(_TrainWorkload):
         return model, IMAGE_SHAPE
 
 
-class _MemoryWorkload:
+class _MemoryWorkload(ABC):
     """Moves float32 samples between two buffers of at most ``buffer_bytes`` each."""
 
     name = "memory"
@@ -251,11 +252,12 @@ class _MemoryWorkload:
         self._chunk = max(1, min(n, (4 << 20) // MEMORY_SAMPLE_BYTES))
         self._setup(n)
 
-    def _setup(self, n: int) -> None:
-        """Prepare workload-specific state for ``n`` buffered samples."""
+    def _setup(self, n: int) -> None:  # noqa: B027 (an optional hook, not abstract)
+        """Prepare workload-specific state for ``n`` buffered samples (none by default)."""
 
+    @abstractmethod
     def _move(self, start: int, stop: int) -> None:
-        raise NotImplementedError
+        """Move the samples ``start:stop`` of the buffer."""
 
     def run(self, samples: int, deadline: float | None = None) -> int:
         """Move ``samples`` samples, cycling through the buffer; return the count."""
