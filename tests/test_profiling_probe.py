@@ -30,12 +30,14 @@ from flower_edge.profiling.workloads import DenseWorkload, ShardWorkload
 torch = pytest.importorskip("torch")
 HAS_CUDA = torch.cuda.is_available()
 
+# small, but each timed run spans several of psutil's 10 ms CPU-time ticks: a run shorter than
+# one tick reads no utilisation at all (0.0), which made the contract test flaky
 TINY = ProfilePlan(
-    cpu_samples=(32, 16),
+    cpu_samples=(256, 128),
     gpu_samples=(64, 32),
     memory_samples=(256, 128),
     memory_buffer_bytes=1 << 20,
-    disk_samples=(8, 32),
+    disk_samples=(64, 256),
     repeats=1,
     run_budget=1.0,
     disk_shard_samples=(4, 16),
