@@ -7,11 +7,14 @@ Geometry
 --------
 1. **Standardise** each axis over the nodes: ``s[d, r] = N[d, r] / max_d' N[d', r]``
    (an axis on which every node scores 0 stays 0).
-2. **Axes in the chart.** An axis on which no node scores above zero is left out (a CPU-only
-   federation has no G axis). An axis whose length is zero (see 3) is left out too: it
-   cannot hold any area. The ``k`` remaining axes keep the seed's relative order and are
-   spread evenly, ``2*pi/k`` apart (the seed's 90 degrees when ``k = 4``; a triangle, 120
-   degrees apart, when one axis is left out).
+2. **Axes in the chart.** By default all four axes, as the seed draws them: an axis on
+   which no node scores (a CPU-only federation has no GPU) stays in the chart with every
+   node at 0 on it, so it still shapes the areas. ``drop_empty_axes=True`` leaves such an
+   axis out instead (the chart becomes a triangle; this changes the shares: two GPU-less
+   nodes split 70/30 on four axes can split 63/37 on three). An axis whose length is zero
+   (see 3) is always left out: it cannot hold any area. The ``k`` remaining axes keep the
+   seed's relative order and are spread evenly, ``2*pi/k`` apart (the seed's 90 degrees
+   when ``k = 4``; a triangle, 120 degrees apart, when one axis is left out).
 3. **Distortion.** Compute axes (C, G) have length ``p_c`` (the model's compute-intensive
    operator share), storage axes (M, D) length ``p_m = 1 - p_c``.
 4. **Areas.** A node's polygon has its vertex on axis ``i`` at radius ``a_i = s_i * L_i``; with
@@ -181,7 +184,9 @@ class RadarChart:
         return out
 
 
-def radar_chart(evaluations: ArrayLike, compute_share: float) -> RadarChart:
+def radar_chart(
+    evaluations: ArrayLike, compute_share: float, *, drop_empty_axes: bool = False
+) -> RadarChart:
     """Build the distorted radar chart of the nodes (see the module docstring).
 
     Parameters
@@ -190,6 +195,8 @@ def radar_chart(evaluations: ArrayLike, compute_share: float) -> RadarChart:
         Resource evaluations, columns in :data:`AXES` order.
     compute_share : float
         ``p_c`` in ``[0, 1]``, the model's compute-intensive operator share.
+    drop_empty_axes : bool (default: False)
+        Leave out an axis on which no node scores above zero (the seed keeps all four).
 
     Raises
     ------
@@ -202,12 +209,15 @@ def radar_chart(evaluations: ArrayLike, compute_share: float) -> RadarChart:
     p_m = 1.0 - p_c
     axes: list[str] = []
     lengths: list[float] = []
+    scored = False
     for j, name in enumerate(AXES):
         length = p_c if name in _COMPUTE_AXES else p_m
-        if length > 0 and scores[:, j].max() > 0:
+        empty = not scores[:, j].max() > 0
+        scored = scored or (length > 0 and not empty)
+        if length > 0 and not (drop_empty_axes and empty):
             axes.append(name)
             lengths.append(length)
-    if not axes:
+    if not scored:
         raise InputError(
             "evaluations: no node scores above zero on any resource axis of non-zero length "
             f"(compute_share={p_c}); need at least one evaluation > 0"
@@ -232,7 +242,11 @@ def _all_pair_sum(values: NDArray[np.float64]) -> NDArray[np.float64]:
 
 
 def match_ratios(
-    evaluations: ArrayLike, compute_share: float, *, order_invariant: bool = False
+    evaluations: ArrayLike,
+    compute_share: float,
+    *,
+    order_invariant: bool = False,
+    drop_empty_axes: bool = False,
 ) -> NDArray[np.float64]:
     """Match ratio of each node to the model, ``m = S_node / S_radar`` (seed formula 6).
 
@@ -244,18 +258,21 @@ def match_ratios(
         ``p_c`` in ``[0, 1]``; storage axes get ``p_m = 1 - p_c``.
     order_invariant : bool (default: False)
         Average both areas over every cyclic order of the axes instead of the seed's order.
+    drop_empty_axes : bool (default: False)
+        Leave out an axis on which no node scores above zero (see :func:`radar_chart`).
 
     Returns
     -------
     numpy.ndarray, shape (n_nodes,)
-        Match ratios in ``[0, 1]``.
+        Match ratios in ``[0, 1]``. On four axes a node that scores on fewer than two
+        neighbouring axes has no area: its ratio is 0.
 
     Raises
     ------
     InputError
         See :func:`radar_chart`.
     """
-    chart = radar_chart(evaluations, compute_share)
+    chart = radar_chart(evaluations, compute_share, drop_empty_axes=drop_empty_axes)
     radii = chart.radii()
     lengths = np.asarray(chart.lengths)
     k = len(chart.axes)

@@ -229,7 +229,8 @@ def test_plan_zero_match_node_gets_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     nodes = [
-        {"id": "a", "resources": {"cpu": 1.0, "memory": 1.0}},
+        # C and M are not neighbours on the seed's four axes: a also needs D for an area
+        {"id": "a", "resources": {"cpu": 1.0, "memory": 1.0, "disk": 1.0}},
         {"id": "b", "resources": {"cpu": 0.0, "memory": 0.0, "disk": 1.0}},
     ]
     profiles = write(tmp_path, "p.json", {"nodes": nodes})
@@ -264,7 +265,7 @@ BAD_PLANS: list[tuple[Any, list[str], str]] = [
     ({"nodes": [{"id": "x", "resources": {"cpu": 0}}]}, [], "no node scores above zero"),
     ({"nodes": NODES}, ["--total-samples", "-5"], "--total-samples must be an integer >= 0"),
     (
-        {"nodes": [{"id": "x", "resources": {"cpu": 1}, "capacity": 5}]},
+        {"nodes": [{"id": "x", "resources": {"cpu": 1, "gpu": 1}, "capacity": 5}]},
         [],
         "can hold 5 samples, fewer than total=10",
     ),

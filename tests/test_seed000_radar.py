@@ -78,21 +78,51 @@ def test_chart_geometry_four_axes_ninety_degrees() -> None:
     assert polygon_area(chart.lengths, chart.angles) == pytest.approx(0.5)
 
 
-def test_axis_without_any_score_is_left_out_and_the_rest_form_a_triangle() -> None:
+def test_axis_without_any_score_is_left_out_on_request_and_the_rest_form_a_triangle() -> None:
     rng = np.random.default_rng(11)
     ev = rng.uniform(0.1, 5.0, size=(6, 4))
     ev[:, 1] = 0.0  # no GPU anywhere
     p_c = 0.4
-    chart = radar_chart(ev, p_c)
+    chart = radar_chart(ev, p_c, drop_empty_axes=True)
     assert chart.axes == ("cpu", "memory", "disk")
     np.testing.assert_allclose(np.abs(np.diff(chart.angles)), 2 * math.pi / 3)
     s = standardise(ev)
     reference = shoelace_ratio(s, [p_c, p_c, 1 - p_c, 1 - p_c], [0, 2, 3])
-    np.testing.assert_allclose(match_ratios(ev, p_c), reference)
+    np.testing.assert_allclose(match_ratios(ev, p_c, drop_empty_axes=True), reference)
     # by hand: the C-M, M-D, D-C pairs only
     c, m, d = s[:, 0], s[:, 2], s[:, 3]
     by_hand = (p_c * 0.6 * c * m + 0.36 * m * d + 0.6 * p_c * d * c) / (2 * p_c * 0.6 + 0.36)
-    np.testing.assert_allclose(match_ratios(ev, p_c), by_hand)
+    np.testing.assert_allclose(match_ratios(ev, p_c, drop_empty_axes=True), by_hand)
+
+
+def test_axis_without_any_score_stays_in_the_chart_by_default() -> None:
+    """The seed's chart has four axes: no GPU anywhere puts every node at 0 on G."""
+    rng = np.random.default_rng(11)
+    ev = rng.uniform(0.1, 5.0, size=(6, 4))
+    ev[:, 1] = 0.0
+    p_c = 0.4
+    chart = radar_chart(ev, p_c)
+    assert chart.axes == AXES
+    np.testing.assert_allclose(np.abs(np.diff(chart.angles)), math.pi / 2)
+    s = standardise(ev)
+    reference = shoelace_ratio(s, [p_c, p_c, 1 - p_c, 1 - p_c], [0, 1, 2, 3])
+    np.testing.assert_allclose(match_ratios(ev, p_c), reference)
+    np.testing.assert_allclose(match_ratios(ev, p_c), closed_form(s, p_c))
+
+
+def test_two_gpu_less_nodes_split_70_30_on_four_axes_and_63_37_on_three() -> None:
+    """The issue's example: dropping the empty G axis changes the shares."""
+    from flower_edge.allocation import initial_shares
+
+    ev = [[1.0, 0.0, 1.0, 1.0], [1.0, 0.0, 1.0, 0.43]]
+    four = match_ratios(ev, 0.4)
+    three = match_ratios(ev, 0.4, drop_empty_axes=True)
+    # by hand, p_c = 0.4, p_m = 0.6: four axes m = p_c p_m s_D s_C + p_m^2 s_M s_D
+    np.testing.assert_allclose(four, [0.24 + 0.36, 0.24 * 0.43 + 0.36 * 0.43])
+    # three axes (C, M, D): (0.24 s_C s_M + 0.36 s_M s_D + 0.24 s_D s_C) / 0.84
+    np.testing.assert_allclose(three, [1.0, (0.24 + 0.36 * 0.43 + 0.24 * 0.43) / 0.84])
+    assert initial_shares(100, list(four)) == (70, 30)
+    assert initial_shares(100, list(three)) == (63, 37)
 
 
 def test_two_axes_form_a_right_triangle() -> None:
@@ -107,8 +137,10 @@ def test_two_axes_form_a_right_triangle() -> None:
 
 def test_single_axis_is_a_length_ratio() -> None:
     ev = [[3.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]]
-    assert radar_chart(ev, 0.5).axes == ("cpu",)
-    np.testing.assert_allclose(match_ratios(ev, 0.5), [1.0, 1 / 3])
+    assert radar_chart(ev, 0.5, drop_empty_axes=True).axes == ("cpu",)
+    np.testing.assert_allclose(match_ratios(ev, 0.5, drop_empty_axes=True), [1.0, 1 / 3])
+    # on the seed's four axes a score on one axis alone spans no area
+    np.testing.assert_allclose(match_ratios(ev, 0.5), [0.0, 0.0])
 
 
 @pytest.mark.parametrize("gpu", [True, False])
@@ -127,10 +159,10 @@ def test_order_invariant_is_mean_over_all_axis_orders(gpu: bool) -> None:
     for order in itertools.permutations(present):
         node_area += [polygon_area([row[j] * lengths[j] for j in order], angles_k) for row in s]
         chart_area += polygon_area([lengths[j] for j in order], angles_k)
-    got = match_ratios(ev, p_c, order_invariant=True)
+    got = match_ratios(ev, p_c, order_invariant=True, drop_empty_axes=True)
     np.testing.assert_allclose(got, node_area / chart_area)
     # with three axes every order is the same triangle; with four it differs from the seed's
-    assert np.allclose(got, match_ratios(ev, p_c)) is not gpu
+    assert np.allclose(got, match_ratios(ev, p_c, drop_empty_axes=True)) is not gpu
 
 
 def test_match_ratios_in_unit_interval_and_best_node_is_one() -> None:
