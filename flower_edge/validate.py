@@ -1,0 +1,384 @@
+"""Validation of settings and inputs, written once for every layer.
+
+Each function checks one value, returns it converted to its plain Python type, and raises
+:class:`~flower_edge.errors.ConfigError` (or the class given as ``error``) with a message that
+names the field, the allowed range and the value received::
+
+    lr = number("learning_rate", lr, low=0.0, low_inclusive=False)  # float > 0
+    k = integer("threshold K", k, low=1)  # int >= 1
+    mode = choice("mode", mode, ("quick", "full"))
+
+Messages
+--------
+- a value of the wrong type, or not finite: ``"{name} must be a finite number {range}, got
+  {value!r}"`` (``"an integer {range}"`` for integers, ``"a number {range}"`` when
+  ``finite=False``);
+- a number outside its range: ``"{name} must be {range}, got {value!r}"``;
+- an integer outside its range: ``"{name} must be an integer {range}, got {value!r}"``;
+- a choice: ``"{name} must be one of a, b, c, got {value!r}"``.
+
+``{range}`` reads ``> 0``, ``>= 0``, ``<= 1``, ``in [0, 1]`` or ``in (0, 1]``. ``bool`` is never
+accepted as a number (``True`` is an ``int`` in Python). numpy scalars are accepted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from numbers import Integral, Real
+from typing import Literal, overload
+
+import numpy as np
+
+from flower_edge.errors import ConfigError, InputError
+
+__all__ = [
+    "boolean",
+    "choice",
+    "describe_range",
+    "integer",
+    "number",
+    "probability",
+    "text",
+]
+
+
+def _fmt(bound: float) -> str:
+    """Print a bound as the messages do: ``0`` not ``0.0``, ``0.5`` and ``1e-06`` as such."""
+    if isinstance(bound, Integral):
+        return str(int(bound))
+    value = float(bound)
+    if value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return repr(value)
+
+
+def describe_range(
+    low: float | None,
+    high: float | None,
+    *,
+    low_inclusive: bool = True,
+    high_inclusive: bool = True,
+) -> str:
+    """Render an allowed range as the messages print it.
+
+    Parameters
+    ----------
+    low, high : float, optional
+        The bounds; ``None`` is unbounded on that side.
+    low_inclusive, high_inclusive : bool (default: True)
+        Whether each bound is allowed.
+
+    Returns
+    -------
+    str
+        ``"in [0, 1]"``, ``"in (0, 1]"``, ``">= 0"``, ``"> 0"``, ``"<= 1"``, ``"< 1"`` or
+        ``""`` when both bounds are ``None``.
+    """
+    if low is not None and high is not None:
+        left = "[" if low_inclusive else "("
+        right = "]" if high_inclusive else ")"
+        return f"in {left}{_fmt(low)}, {_fmt(high)}{right}"
+    if low is not None:
+        return f"{'>=' if low_inclusive else '>'} {_fmt(low)}"
+    if high is not None:
+        return f"{'<=' if high_inclusive else '<'} {_fmt(high)}"
+    return ""
+
+
+def _inside(
+    value: float,
+    low: float | None,
+    high: float | None,
+    low_inclusive: bool,
+    high_inclusive: bool,
+) -> bool:
+    if low is not None and (value < low if low_inclusive else value <= low):
+        return False
+    return not (high is not None and (value > high if high_inclusive else value >= high))
+
+
+def _with_range(text: str, bounds: str) -> str:
+    return f"{text} {bounds}" if bounds else text
+
+
+@overload
+def number(
+    name: str,
+    value: object,
+    *,
+    low: float | None = ...,
+    high: float | None = ...,
+    low_inclusive: bool = ...,
+    high_inclusive: bool = ...,
+    finite: bool = ...,
+    allow_none: Literal[False] = ...,
+    error: type[InputError] = ...,
+) -> float: ...
+
+
+@overload
+def number(
+    name: str,
+    value: object,
+    *,
+    low: float | None = ...,
+    high: float | None = ...,
+    low_inclusive: bool = ...,
+    high_inclusive: bool = ...,
+    finite: bool = ...,
+    allow_none: bool,
+    error: type[InputError] = ...,
+) -> float | None: ...
+
+
+def number(
+    name: str,
+    value: object,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_inclusive: bool = True,
+    high_inclusive: bool = True,
+    finite: bool = True,
+    allow_none: bool = False,
+    error: type[InputError] = ConfigError,
+) -> float | None:
+    """Check a real number and return it as a ``float``.
+
+    Parameters
+    ----------
+    name : str
+        The field as the user knows it (``"learning_rate"``, ``"weights[2]"``).
+    value : object
+        The value to check: an ``int``, ``float`` or numpy scalar, not a ``bool``.
+    low, high : float, optional
+        Bounds of the allowed range; ``None`` (default) is unbounded on that side.
+    low_inclusive, high_inclusive : bool (default: True)
+        Whether each bound itself is allowed.
+    finite : bool (default: True)
+        Reject NaN and +-Inf. With ``False`` only NaN is rejected (Inf still has to be in
+        the range).
+    allow_none : bool (default: False)
+        Accept ``None`` ("not set") and return it unchanged.
+    error : type of InputError (default: ConfigError)
+        The exception class to raise.
+
+    Returns
+    -------
+    float or None
+        ``float(value)``; ``None`` when ``value`` is ``None`` and ``allow_none``.
+
+    Raises
+    ------
+    InputError
+        ``error`` with a message naming the field, the range and the value.
+    """
+    bounds = describe_range(low, high, low_inclusive=low_inclusive, high_inclusive=high_inclusive)
+    if value is None and allow_none:
+        return None
+    kind = "a finite number" if finite else "a number"
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise error(f"{_with_range(f'{name} must be {kind}', bounds)}, got {value!r}")
+    out = float(value)
+    if math.isnan(out) or (finite and not math.isfinite(out)):
+        raise error(f"{_with_range(f'{name} must be {kind}', bounds)}, got {value!r}")
+    if not _inside(out, low, high, low_inclusive, high_inclusive):
+        raise error(f"{name} must be {bounds}, got {value!r}")
+    return out
+
+
+@overload
+def integer(
+    name: str,
+    value: object,
+    *,
+    low: int | None = ...,
+    high: int | None = ...,
+    allow_none: Literal[False] = ...,
+    error: type[InputError] = ...,
+) -> int: ...
+
+
+@overload
+def integer(
+    name: str,
+    value: object,
+    *,
+    low: int | None = ...,
+    high: int | None = ...,
+    allow_none: bool,
+    error: type[InputError] = ...,
+) -> int | None: ...
+
+
+def integer(
+    name: str,
+    value: object,
+    *,
+    low: int | None = None,
+    high: int | None = None,
+    allow_none: bool = False,
+    error: type[InputError] = ConfigError,
+) -> int | None:
+    """Check an integer (``int`` or numpy integer, not ``bool`` nor ``2.0``) in ``[low, high]``.
+
+    Parameters
+    ----------
+    name : str
+        The field as the user knows it.
+    value : object
+        The value to check.
+    low, high : int, optional
+        Inclusive bounds; ``None`` (default) is unbounded on that side.
+    allow_none : bool (default: False)
+        Accept ``None`` ("not set") and return it unchanged.
+    error : type of InputError (default: ConfigError)
+        The exception class to raise.
+
+    Returns
+    -------
+    int or None
+        ``int(value)``; ``None`` when ``value`` is ``None`` and ``allow_none``.
+
+    Raises
+    ------
+    InputError
+        ``error`` with ``"{name} must be an integer {range}, got {value!r}"``.
+    """
+    if value is None and allow_none:
+        return None
+    bounds = describe_range(low, high)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, Integral)
+        or not _inside(int(value), low, high, True, True)
+    ):
+        raise error(f"{_with_range(f'{name} must be an integer', bounds)}, got {value!r}")
+    return int(value)
+
+
+def probability(
+    name: str,
+    value: object,
+    *,
+    allow_zero: bool = True,
+    allow_one: bool = True,
+    error: type[InputError] = ConfigError,
+) -> float:
+    """Check a finite number in ``[0, 1]`` (each end optional) and return it as a ``float``.
+
+    Parameters
+    ----------
+    name : str
+        The field as the user knows it.
+    value : object
+        The value to check.
+    allow_zero, allow_one : bool (default: True)
+        Whether 0 and 1 are allowed (``(0, 1]``, ``[0, 1)``, ``(0, 1)``).
+    error : type of InputError (default: ConfigError)
+        The exception class to raise.
+
+    Returns
+    -------
+    float
+        ``float(value)``.
+    """
+    return number(
+        name,
+        value,
+        low=0.0,
+        high=1.0,
+        low_inclusive=allow_zero,
+        high_inclusive=allow_one,
+        error=error,
+    )
+
+
+def choice(
+    name: str,
+    value: object,
+    options: Iterable[str],
+    *,
+    error: type[InputError] = ConfigError,
+) -> str:
+    """Check that ``value`` is one of ``options`` and return it.
+
+    Parameters
+    ----------
+    name : str
+        The field as the user knows it.
+    value : object
+        The value to check.
+    options : iterable of str
+        The allowed values, in the order the message lists them.
+    error : type of InputError (default: ConfigError)
+        The exception class to raise.
+
+    Returns
+    -------
+    str
+        ``value``.
+
+    Raises
+    ------
+    InputError
+        ``error`` with ``"{name} must be one of a, b, c, got {value!r}"``.
+    """
+    allowed = tuple(options)
+    if not isinstance(value, str) or value not in allowed:
+        raise error(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+    return value
+
+
+def boolean(name: str, value: object, *, error: type[InputError] = ConfigError) -> bool:
+    """Check a ``bool`` (numpy's included; ``0`` and ``1`` are not booleans) and return it.
+
+    Parameters
+    ----------
+    name : str
+        The field as the user knows it.
+    value : object
+        The value to check.
+    error : type of InputError (default: ConfigError)
+        The exception class to raise.
+
+    Returns
+    -------
+    bool
+        ``bool(value)``.
+    """
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    raise error(f"{name} must be a boolean (True or False), got {value!r}")
+
+
+def text(
+    name: str,
+    value: object,
+    *,
+    allow_empty: bool = False,
+    error: type[InputError] = ConfigError,
+) -> str:
+    """Check a string, non-empty unless ``allow_empty``, and return it.
+
+    Parameters
+    ----------
+    name : str
+        The field as the user knows it.
+    value : object
+        The value to check.
+    allow_empty : bool (default: False)
+        Whether ``""`` is allowed.
+    error : type of InputError (default: ConfigError)
+        The exception class to raise.
+
+    Returns
+    -------
+    str
+        ``value``.
+    """
+    if not isinstance(value, str) or (not value and not allow_empty):
+        kind = "a string" if allow_empty else "a non-empty string"
+        raise error(f"{name} must be {kind}, got {value!r}")
+    return value
