@@ -1,0 +1,162 @@
+"""The ClientApp's three handlers: ``query.profile``, ``train`` and ``evaluate``.
+
+:class:`ClientHandlers` parses each message once (:mod:`clients.messages`), runs it on the
+node's runtime (:class:`~clients.node.NodeRuntime`) and builds the reply; the edge strategy's
+sliced jobs are in :mod:`clients.jobs`.
+"""
+
+from __future__ import annotations
+
+import math
+from logging import WARNING
+from typing import Any
+
+from flwr.app import (
+    ConfigRecord,
+    Context,
+    Message,
+    MetricRecord,
+    MetricRecordValues,
+    RecordDict,
+)
+from flwr.common.logger import log
+from torch.utils.data import Dataset
+
+from clients.jobs import run_slice, start_job, train_job
+from clients.messages import TrainRequest, parse_arrays, parse_profile, parse_train
+from clients.node import NodeRuntime, stream_node
+from clients.settings import ClientSettings
+from clients.state import PROFILE_KEY_PREFIX, load_state, save_state
+from clients.task import evaluate_model, sized
+from flower_edge import wire
+from flower_edge.errors import InputError, ProfilingError
+from flower_edge.timing import DeviceTimer
+
+__all__ = ["ClientHandlers", "is_profile_record"]
+
+
+class ClientHandlers(NodeRuntime):
+    """The handlers of one built ClientApp, over the node's runtime."""
+
+    def profile(self, msg: Message, ctx: Context) -> Message:
+        """Reply with the node's resource evaluations, cached in state per profiling mode."""
+        req = parse_profile(msg)
+        key = PROFILE_KEY_PREFIX + req.mode
+        cached = ctx.state.get(key)
+        if isinstance(cached, ConfigRecord) and is_profile_record(cached):
+            return Message(RecordDict({wire.PROFILE: ConfigRecord(dict(cached))}), reply_to=msg)
+        if cached is not None:
+            log(WARNING, "corrupted cached profile under %s: profiling again", key)
+        train, _ = self.data(ctx)
+        report = self.probe_fn(ctx).profile(req.mode)
+        evaluations = dict(report.evaluations)
+        record: dict[str, Any] = {}
+        for resource, wire_key in wire.EVAL_KEYS.items():
+            value = evaluations.get(resource, 0.0)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not (math.isfinite(value) and value >= 0)
+            ):
+                raise ProfilingError(
+                    f"evaluation of {resource} must be finite and >= 0, got {value!r}"
+                )
+            record[wire_key] = float(value)
+        record[wire.LOCAL_SAMPLES] = sized(train)
+        record[wire.PROFILE_REPORT] = str(report.to_json())
+        ctx.state[key] = ConfigRecord(dict(record))
+        return Message(RecordDict({wire.PROFILE: ConfigRecord(record)}), reply_to=msg)
+
+    def evaluate(self, msg: Message, ctx: Context) -> Message:
+        """Evaluate the received (or stored) global model on the node's local test data."""
+        ClientSettings.from_run_config(ctx.run_config, self.task)
+        if not msg.has_content():
+            raise InputError("evaluate message has no content")
+        arrays = parse_arrays(msg.content)
+        if arrays is None:
+            stored = load_state(ctx.state).global_arrays
+            if stored is None:
+                raise InputError(
+                    f"evaluate message carries no {wire.ARRAYS!r} and the node holds no "
+                    "global model"
+                )
+            arrays = stored
+        slot = self.slot()
+        slot.load(arrays, "evaluate arrays")
+        _, test = self.data(ctx)
+        result = evaluate_model(
+            slot.model,
+            self.task.loss_fn(),
+            test,
+            batch_size=self.task.eval_batch_size,
+            device=self.task.torch_device(),
+        )
+        metrics = MetricRecord(
+            {
+                wire.NUM_EXAMPLES: result.num_examples,
+                wire.EVAL_LOSS: result.loss,
+                wire.EVAL_ACCURACY: result.accuracy,
+            }
+        )
+        return Message(RecordDict({wire.METRICS: metrics}), reply_to=msg)
+
+    def train(self, msg: Message, ctx: Context) -> Message:
+        """Run one slice of a job (edge strategy) or one whole plain job (no job id)."""
+        s = ClientSettings.from_run_config(ctx.run_config, self.task)
+        req = parse_train(msg)
+        timer = self.timer_fn(ctx) if self.timer_fn is not None else None
+        train, _ = self.data(ctx)
+        if req.job_id is None:
+            return self.train_plain(msg, req, s, train, stream_node(ctx), timer)
+        if req.global_version is None:
+            raise InputError(f"config {wire.GLOBAL_VERSION!r} is required with {wire.JOB_ID!r}")
+        if timer is not None and req.send_time is None:
+            raise InputError(f"config {wire.SEND_TIME!r} is required under a virtual clock")
+        state = load_state(ctx.state)
+        node_state, content = train_job(
+            self, req, s, train, (ctx.node_id, stream_node(ctx)), state, timer
+        )
+        save_state(ctx.state, node_state)
+        return Message(content, reply_to=msg)
+
+    def train_plain(
+        self,
+        msg: Message,
+        req: TrainRequest,
+        s: ClientSettings,
+        train: Dataset[Any],
+        node_id: int,
+        timer: DeviceTimer | None,
+    ) -> Message:
+        """One message, one whole job, nothing kept: the reply a plain Flower server expects."""
+        if req.arrays is None:
+            raise InputError(f"train message carries no {wire.ARRAYS!r} (the global model)")
+        n = sized(train)
+        share = req.sample_share if req.sample_share is not None else s.local_epochs * n
+        plain_job = -1 - (req.server_round or 0)  # negative: never a server job id
+        job = start_job(self, plain_job, req.global_version or 0, share, req.arrays, s, node_id)
+        job, _ = run_slice(self, job, train, s, node_id, grant=None, deadline=None)
+        r = job.record
+        arrays = job.slot.arrays()
+        metrics: dict[str, MetricRecordValues] = {
+            wire.NUM_EXAMPLES: n if req.sample_share is None else r.position,
+            wire.DONE: 1,
+            wire.SAMPLES_PROCESSED: r.position,
+            wire.TRAIN_SECONDS: r.seconds,
+            wire.TRAIN_LOSS: r.loss_sum / r.position if r.position else 0.0,
+        }
+        if timer is not None:
+            metrics[wire.VIRTUAL_SECONDS] = float(
+                timer.slice_seconds(
+                    req.send_time or 0.0, r.position, req.download_bytes, arrays.count_bytes()
+                )
+            )
+        return Message(
+            RecordDict({wire.ARRAYS: arrays, wire.METRICS: MetricRecord(metrics)}), reply_to=msg
+        )
+
+
+def is_profile_record(rec: ConfigRecord) -> bool:
+    """Whether ``rec`` is a complete cached profile reply."""
+    keys = [*wire.EVAL_KEYS.values(), wire.LOCAL_SAMPLES, wire.PROFILE_REPORT]
+    return all(k in rec for k in keys) and isinstance(rec[wire.PROFILE_REPORT], str)

@@ -1,0 +1,139 @@
+"""The per-process runtime of a node: task, clocks, probe, cached data, model slots.
+
+:class:`NodeRuntime` is what the ClientApp's handlers share; it pickles without its caches,
+since Ray ships the ClientApp to its actors.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from flwr.app import Context
+from torch.utils.data import Dataset
+
+from clients.settings import ClientSettings
+from clients.slot import ModelSlot
+from clients.task import Task, build_optimizer
+from flower_edge import wire
+from flower_edge.errors import InputError
+from flower_edge.profiling.report import ResourceProbe
+from flower_edge.timing import DeviceTimer
+
+__all__ = ["DATA_CACHE_SIZE", "NodeRuntime", "default_probe", "host_availability", "stream_node"]
+
+#: nodes whose data one process keeps loaded (least recently used first out)
+DATA_CACHE_SIZE = 256
+
+
+def host_availability() -> float:
+    """Return the host's current availability in [0, 1]: idle CPU x available memory fraction.
+
+    The idle CPU fraction is measured by :func:`psutil.cpu_percent` since its previous call in
+    this process (the first call reads as fully idle).
+    """
+    import psutil
+
+    idle = 1.0 - float(psutil.cpu_percent(interval=None)) / 100.0
+    mem = psutil.virtual_memory()
+    free = float(mem.available) / float(mem.total) if mem.total else 0.0
+    return min(1.0, max(0.0, idle * free))
+
+
+def default_probe(_: Context) -> ResourceProbe:
+    """Return the host's resource probe (the default ``probe_fn``)."""
+    from flower_edge.profiling import HostProbe
+
+    return HostProbe()
+
+
+class NodeRuntime:
+    """What a built ClientApp keeps per process: the task, its clocks, data and model slots."""
+
+    def __init__(
+        self,
+        task: Task,
+        timer_fn: Callable[[Context], DeviceTimer] | None,
+        probe_fn: Callable[[Context], ResourceProbe] | None,
+        availability_fn: Callable[[], float] | None,
+    ) -> None:
+        self.task = task
+        self.timer_fn = timer_fn
+        self.probe_fn = probe_fn or default_probe
+        self.availability_fn = availability_fn
+        self._data: OrderedDict[tuple[int, int], tuple[Dataset[Any], Dataset[Any]]] = OrderedDict()
+        self._local = threading.local()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle without the per-process caches (Ray ships the ClientApp to its actors)."""
+        state = dict(self.__dict__)
+        del state["_data"], state["_local"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Restore a pickled builder with empty caches."""
+        self.__dict__.update(state)
+        self._data = OrderedDict()
+        self._local = threading.local()
+
+    # ------------------------------------------------------------ helpers
+
+    def data(self, ctx: Context) -> tuple[Dataset[Any], Dataset[Any]]:
+        """Return the node's ``(train, test)``, loading it once per node and process."""
+        key = (ctx.run_id, ctx.node_id)
+        if key in self._data:
+            self._data.move_to_end(key)
+            return self._data[key]
+        loaded = self.task.load_data(ctx)
+        self._data[key] = loaded
+        while len(self._data) > DATA_CACHE_SIZE:
+            self._data.popitem(last=False)
+        return loaded
+
+    def slot(self) -> ModelSlot:
+        """Return this thread's model slot (weights are always overwritten before use)."""
+        slot: ModelSlot | None = getattr(self._local, "slot", None)
+        if slot is None:
+            slot = ModelSlot(self.task.model_fn().to(self.task.torch_device()))
+            self._local.slot = slot
+        return slot
+
+    def new_optimizer(self, slot: ModelSlot, s: ClientSettings) -> torch.optim.Optimizer:
+        """Return a fresh-state optimizer over the slot's model (the instance is reused)."""
+        t = self.task
+        if slot.optimizer is None:
+            slot.optimizer = build_optimizer(
+                t.optimizer, slot.model.parameters(), s.learning_rate, t.momentum, t.weight_decay
+            )
+            return slot.optimizer
+        slot.optimizer.state.clear()  # no momentum or moments carried over between jobs
+        for group in slot.optimizer.param_groups:
+            group["lr"] = s.learning_rate
+        return slot.optimizer
+
+    def availability(self, virtual: bool) -> float:
+        """Return the node's availability in [0, 1] (1.0 on a virtual clock by default)."""
+        if self.availability_fn is not None:
+            value = self.availability_fn()
+        elif virtual:
+            return 1.0
+        else:
+            value = host_availability()
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+            raise InputError(f"availability_fn must return a number in [0, 1], got {value!r}")
+        return float(value)
+
+
+def stream_node(ctx: Context) -> int:
+    """Return the identity that seeds a node's sample order: its partition id when set.
+
+    Flower draws node ids at random for every run; the partition id (set by the simulation
+    engine, or ``--node-config``) keeps runs reproducible. Without one, the node id.
+    """
+    pid = ctx.node_config.get(wire.PARTITION_ID)
+    if isinstance(pid, int) and not isinstance(pid, bool):
+        return pid
+    return ctx.node_id

@@ -1,0 +1,270 @@
+"""The simulation ServerApp: the chosen strategy on a virtual clock, evaluated centrally.
+
+:func:`run_server` runs one simulation's server side and returns its
+:class:`~simulations.report.RunResult` (history, timeline of slices, benchmark figures).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from logging import INFO
+from typing import TYPE_CHECKING, Any, Literal
+
+from simulations.nodes import build_task, compute_share, devices_for, samples_per_round
+from simulations.report import HistoryPoint, RunResult, TimelineSpan
+from simulations.settings import MAX_SHARE_OVER_MEAN, MESSAGE_TIMEOUT, SimSettings
+
+if TYPE_CHECKING:
+    from flwr.app import ArrayRecord, Context, MetricRecord
+    from flwr.serverapp import Grid, ServerApp
+    from flwr.serverapp.strategy import Strategy
+
+    from simulations.recorder import WorkLedger
+
+__all__ = ["ProgressFn", "build_strategy", "make_server_app", "run_server"]
+
+
+class _Evaluator:
+    """Centralized evaluation of the global model; notes the history of FedAvg rounds."""
+
+    def __init__(
+        self, settings: SimSettings, clock_now: Callable[[], float], progress: ProgressFn | None
+    ) -> None:
+        import torch
+
+        from clients.data import load_centralized_test
+
+        self.task = build_task(settings)
+        self.test = load_centralized_test(settings.scenario.dataset, seed=settings.seed)
+        torch.manual_seed(settings.seed)
+        self.model = self.task.model_fn()
+        self.loss = torch.nn.CrossEntropyLoss()
+        self.clock_now = clock_now
+        self.progress = progress
+        self.rounds = settings.rounds
+        self.points: dict[int, tuple[float, float]] = {}  # round -> (time, accuracy) (last call)
+
+    def initial_arrays(self) -> ArrayRecord:
+        from flwr.app import ArrayRecord
+
+        return ArrayRecord(self.model.state_dict())
+
+    def __call__(self, server_round: int, arrays: ArrayRecord) -> MetricRecord:
+        import torch
+        from flwr.app import MetricRecord
+
+        from clients.task import evaluate_model
+
+        self.model.load_state_dict(arrays.to_torch_state_dict(), strict=True)
+        with torch.no_grad():
+            res = evaluate_model(self.model, self.loss, self.test)
+        self.points.setdefault(server_round, (self.clock_now(), res.accuracy))
+        if self.progress is not None:
+            self.progress(server_round, self.rounds, res.accuracy, self.clock_now())
+        return MetricRecord({"accuracy": res.accuracy, "loss": res.loss})
+
+
+ProgressFn = Callable[[int, int, float, float], None]
+
+
+def build_strategy(settings: SimSettings, clock: Any) -> Strategy:
+    """Return the strategy of ``settings`` on ``clock`` (a VirtualClock)."""
+    sc = settings.scenario
+    if settings.strategy == "fedavg":
+        from simulations.fedavg import VirtualFedAvg
+
+        return VirtualFedAvg(
+            clock,
+            fraction_train=1.0,
+            fraction_evaluate=0.0,
+            min_train_nodes=sc.num_clients,
+            min_available_nodes=sc.num_clients,
+        )
+    import strategies
+    from strategies.config import LoopConfig, ShareConfig
+
+    loop = LoopConfig(slice_budget=sc.slice_budget, min_nodes=sc.num_clients, poll_interval=0.01)
+    uniform = settings.shares == "uniform"
+    shares = ShareConfig(
+        profile=not uniform,
+        rebalance="off" if uniform else "seed",
+        compute_share=compute_share(sc),
+        total_samples=None if uniform else samples_per_round(sc, settings.seed),
+        max_share_fraction=min(1.0, MAX_SHARE_OVER_MEAN / sc.num_clients),
+    )
+    if settings.strategy == "edge":
+        return strategies.EdgeStrategy(
+            threshold=sc.threshold,
+            decay=settings.decay,
+            decay_a=settings.decay_a,
+            aggregate=sc.edge_aggregate if settings.aggregate is None else settings.aggregate,
+            server_lr=sc.edge_server_lr if settings.server_lr is None else settings.server_lr,
+            loop=loop,
+            shares=shares,
+            clock=clock,
+        )
+    # the baselines keep their own defaults: equal shares, no values
+    if settings.strategy == "fedbuff":
+        return strategies.FedBuff(threshold=sc.threshold, loop=loop, clock=clock)
+    return strategies.FedAsync(loop=loop, clock=clock)
+
+
+def run_server(grid: Grid, settings: SimSettings, progress: ProgressFn | None = None) -> RunResult:
+    """Run one simulation's server side on ``grid``; return its result.
+
+    Parameters
+    ----------
+    grid : Grid
+        Flower's simulation grid, or ``strategies.inprocess.InProcessGrid``.
+    settings : SimSettings
+        The run.
+    progress : callable, optional
+        ``progress(round, rounds, accuracy, virtual_time)`` after each evaluation.
+    """
+    import torch
+    from flwr.common.logger import log
+
+    from simulations.recorder import RecordingGrid
+    from strategies.clock import VirtualClock
+
+    t0 = time.perf_counter()
+    torch.manual_seed(settings.seed)
+    clock = VirtualClock()
+    recorder = RecordingGrid(
+        grid, clock=clock.wall, stable_ids=True, num_nodes=settings.scenario.num_clients
+    )
+    evaluator = _Evaluator(settings, clock.now, progress)
+    strategy = build_strategy(settings, clock)
+    initial = evaluator.initial_arrays()
+    evaluator(0, initial)
+    result = strategy.start(
+        grid=recorder,
+        initial_arrays=initial,
+        num_rounds=settings.rounds,
+        timeout=MESSAGE_TIMEOUT,
+        evaluate_fn=evaluator,
+    )
+    wall = time.perf_counter() - t0
+    history = _history(strategy, evaluator, result)
+    spans = _timeline(recorder.ledger, settings)
+    abandoned = recorder.ledger.abandoned_jobs
+    log(
+        INFO,
+        "simulation %s/%s done in %.1f s wall",
+        settings.scenario.name,
+        settings.strategy,
+        wall,
+    )
+    return RunResult(
+        scenario=settings.scenario.name,
+        strategy=settings.strategy,
+        seed=settings.seed,
+        clients=settings.scenario.num_clients,
+        target_accuracy=settings.scenario.target_accuracy,
+        final_accuracy=history[-1].accuracy,
+        rounds=len(history) - 1,
+        abandoned_jobs=abandoned,
+        wasted_compute_fraction=recorder.ledger.wasted_fraction(),
+        wall_seconds=wall,
+        history=tuple(history),
+        timeline=tuple(spans),
+        extras=_extras(recorder.ledger, history),
+    )
+
+
+def _history(strategy: Any, evaluator: _Evaluator, result: Any) -> list[HistoryPoint]:
+    t0, acc0 = evaluator.points[0]
+    points = [HistoryPoint(0.0, 0, acc0, 0, 0.0)]
+    records = getattr(strategy, "history", None)
+    if records is not None and not hasattr(strategy, "round_seconds"):
+        for rec in records:
+            acc = float(rec.metrics.get("accuracy", math.nan))
+            stal = sum(rec.staleness) / len(rec.staleness) if rec.staleness else 0.0
+            points.append(HistoryPoint(rec.time, rec.round, acc, len(rec.participants), stal))
+        return points
+    participants: dict[int, int] = getattr(strategy, "round_participants", {})
+    for rnd in sorted(r for r in evaluator.points if r > 0):
+        when, acc = evaluator.points[rnd]
+        points.append(HistoryPoint(when, rnd, acc, participants.get(rnd, 0), 0.0))
+    return points
+
+
+def _timeline(ledger: WorkLedger, settings: SimSettings) -> list[TimelineSpan]:
+    spans: list[TimelineSpan] = []
+    partition = ledger.partitions
+    end = 0.0
+    for i, s in enumerate(ledger.slices):
+        node = partition.get(s.node_id, -1)
+        kind: Literal["training", "abandoned"] = (
+            "abandoned" if i in ledger.abandoned_slices else "training"
+        )
+        spans.append(TimelineSpan(node, s.start, s.end, kind))
+        end = max(end, s.end)
+    for device in devices_for(settings.scenario, settings.seed):
+        for a, b in device.offline_stretches(0.0, end):
+            spans.append(TimelineSpan(device.spec.node, a, b, "offline"))
+    spans.sort(key=lambda sp: (sp.node, sp.start, sp.end, sp.kind))
+    return spans
+
+
+def _extras(ledger: WorkLedger, history: list[HistoryPoint]) -> dict[str, Any]:
+    """Benchmark figures: samples, slices and the iteration makespan of finished jobs.
+
+    A job's duration runs from its first slice's send to its update's arrival. The
+    *iteration makespan* is the largest per-node mean job duration; *job balance* is that
+    over the smallest (1 = every node finishes its share in the same time, seed 000's aim).
+    """
+    open_start: dict[int, float] = {}
+    per_node: dict[int, list[float]] = {}
+    for s in ledger.slices:
+        if s.abandoned or s.node_id not in open_start:
+            open_start[s.node_id] = s.start
+        if s.done:
+            per_node.setdefault(s.node_id, []).append(s.end - open_start.pop(s.node_id))
+    means = [sum(v) / len(v) for v in per_node.values() if v]
+    makespan = max(means) if means else 0.0
+    fastest = min(means) if means else 0.0
+    return {
+        "samples_processed": ledger.samples(),
+        "slices": len(ledger.slices),
+        "virtual_seconds": history[-1].virtual_time,
+        "iteration_makespan": makespan,
+        "job_balance": makespan / fastest if fastest > 0 else math.inf,
+    }
+
+
+def make_server_app(
+    settings: SimSettings | None = None,
+    sink: Callable[[RunResult], None] | None = None,
+    progress: ProgressFn | None = None,
+) -> ServerApp:
+    """Build the simulation ServerApp.
+
+    Parameters
+    ----------
+    settings : SimSettings, optional
+        The run (the runner passes them); ``None`` reads them from the run config.
+    sink : callable, optional
+        Receives the :class:`RunResult` (the runner collects it; ``flwr run .`` logs it).
+    progress : callable, optional
+        See :func:`run_server`.
+    """
+    from flwr.common.logger import log
+    from flwr.serverapp import ServerApp
+
+    from simulations.report import results_to_json
+
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        s = settings if settings is not None else SimSettings.from_run_config(context.run_config)
+        result = run_server(grid, s, progress)
+        if sink is not None:
+            sink(result)
+        else:
+            log(INFO, "result: %s", results_to_json([result], as_list=False))
+
+    return app

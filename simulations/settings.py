@@ -1,0 +1,271 @@
+"""Settings of one simulation run, validated: :class:`SimSettings` and the run-config keys.
+
+The Flower App (:mod:`simulations.app`) reads its settings from the run config
+(``[tool.flwr.app.config]``, or ``flwr run . --run-config "key=value ..."``), validated by
+:meth:`SimSettings.from_run_config` before any message is sent:
+
+
+=======================  =====================================================================
+key                      meaning (default)
+=======================  =====================================================================
+``scenario``             scenario name (``digits-20``); see ``simulations.scenarios``
+``strategy``             ``edge`` | ``fedavg`` | ``fedbuff`` | ``fedasync`` (``edge``)
+``num-server-rounds``    aggregations; 0 = the scenario's update budget (0)
+``threshold``            K; 0 = the scenario's (0)
+``decay``                staleness decay of the edge strategy (``polynomial``)
+``decay-a``              its parameter (0.5)
+``alpha``, ``theta``     abandon rule: ``score = alpha R + (1 - alpha) V >= theta`` (0.5, 0.6)
+``seed``                 seed of devices, data partition, model and sampling (0)
+``clients``              number of clients; 0 = the scenario's (0)
+``heterogeneity``        fastest / slowest compute; 0 = the scenario's (0)
+``shares``               ``match`` (radar match ratio + rebalancing) | ``uniform`` (``match``)
+``slice-budget``         virtual seconds per train message; < 0 = the scenario's (-1)
+=======================  =====================================================================
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Final, Literal, get_args
+
+from flower_edge.errors import ConfigError, InputError
+from simulations.scenarios import (
+    STRATEGIES,
+    Scenario,
+    StrategyName,
+    resolve_scenario,
+    resolve_strategies,
+)
+
+if TYPE_CHECKING:
+    from strategies.edge import Aggregate
+
+__all__ = [
+    "MAX_SHARE_OVER_MEAN",
+    "MESSAGE_TIMEOUT",
+    "RUN_CONFIG_DEFAULTS",
+    "SHARE_MODES",
+    "ShareMode",
+    "SimSettings",
+]
+
+ShareMode = Literal["match", "uniform"]
+SHARE_MODES: tuple[str, ...] = get_args(ShareMode)
+
+# ---------------------------------------------------------------- run-config keys
+SCENARIO: Final = "scenario"
+STRATEGY: Final = "strategy"
+NUM_SERVER_ROUNDS: Final = "num-server-rounds"
+THRESHOLD: Final = "threshold"
+DECAY: Final = "decay"
+DECAY_A: Final = "decay-a"
+ALPHA: Final = "alpha"
+THETA: Final = "theta"
+SEED: Final = "seed"
+CLIENTS: Final = "clients"
+HETEROGENEITY: Final = "heterogeneity"
+SHARES: Final = "shares"
+SLICE_BUDGET: Final = "slice-budget"
+
+#: every key and its default (0 / -1 = the scenario's value)
+RUN_CONFIG_DEFAULTS: Final[dict[str, str | int | float]] = {
+    SCENARIO: "digits-20",
+    STRATEGY: "edge",
+    NUM_SERVER_ROUNDS: 0,
+    THRESHOLD: 0,
+    DECAY: "polynomial",
+    DECAY_A: 0.5,
+    ALPHA: 0.5,
+    THETA: 0.6,
+    SEED: 0,
+    CLIENTS: 0,
+    HETEROGENEITY: 0.0,
+    SHARES: "match",
+    SLICE_BUDGET: -1.0,
+}
+#: real seconds after which an unanswered message is forgotten
+MESSAGE_TIMEOUT: Final = 600.0
+#: cap on a node's sample share, as a multiple of the mean share. Data stays on the devices:
+#: a share beyond the local data means more local epochs, and a fast node given many times
+#: its data both overfits its own labels (non-IID) and dominates the share-weighted average.
+MAX_SHARE_OVER_MEAN: Final = 3.0
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    """Everything one simulation run needs, validated.
+
+    Parameters
+    ----------
+    scenario : Scenario
+        The resolved scenario (client count, heterogeneity and K applied).
+    strategy : {"edge", "fedavg", "fedbuff", "fedasync"}
+        Strategy to run.
+    seed : int
+        Seed of devices, partition, initial model and local sampling (>= 0).
+    rounds : int
+        Aggregations (>= 1).
+    decay : str (default: "polynomial")
+        Staleness decay of the edge strategy.
+    decay_a : float (default: 0.5)
+        Parameter of the decay (> 0).
+    alpha : float (default: 0.5)
+        Weight of resources in the abandon score, in [0, 1].
+    theta : float (default: 0.6)
+        Abandon threshold (>= 0; ``math.inf`` never abandons).
+    shares : {"match", "uniform"} (default: "match")
+        Sample shares from the radar match ratio (with rebalancing) or equal shares.
+    aggregate : {"models", "deltas"}, optional
+        What the edge strategy averages (default: the scenario's ``edge_aggregate``).
+    server_lr : float, optional
+        The edge strategy's server learning rate (default: the scenario's ``edge_server_lr``).
+    """
+
+    scenario: Scenario
+    strategy: StrategyName
+    seed: int
+    rounds: int
+    decay: str = "polynomial"
+    decay_a: float = 0.5
+    alpha: float = 0.5
+    theta: float = 0.6
+    shares: ShareMode = "match"
+    aggregate: Aggregate | None = None
+    server_lr: float | None = None
+
+    def __post_init__(self) -> None:
+        resolve_strategies(self.strategy)
+        if self.strategy not in STRATEGIES:
+            raise InputError(f"strategy must be one of {', '.join(STRATEGIES)}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise InputError(f"seed must be an integer >= 0, got {self.seed!r}")
+        if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 1:
+            raise InputError(f"rounds must be an integer >= 1, got {self.rounds!r}")
+        from flower_edge.staleness import DECAYS, make_decay
+
+        if self.decay not in DECAYS:
+            raise InputError(f"decay must be one of {', '.join(DECAYS)}, got {self.decay!r}")
+        if not (math.isfinite(self.decay_a) and self.decay_a > 0):
+            raise InputError(f"decay-a must be > 0, got {self.decay_a!r}")
+        make_decay(self.decay, a=self.decay_a)  # the decay's own range checks
+        if not 0.0 <= self.alpha <= 1.0:
+            raise InputError(f"alpha must be in [0, 1], got {self.alpha!r}")
+        if not self.theta >= 0.0:
+            raise InputError(f"theta must be >= 0 (inf = never abandon), got {self.theta!r}")
+        if self.shares not in SHARE_MODES:
+            raise InputError(f"shares must be one of {', '.join(SHARE_MODES)}, got {self.shares!r}")
+        from strategies.edge import AGGREGATES
+
+        if self.aggregate is not None and self.aggregate not in AGGREGATES:
+            raise InputError(
+                f"aggregate must be one of {', '.join(AGGREGATES)}, got {self.aggregate!r}"
+            )
+        if self.server_lr is not None and not (
+            math.isfinite(self.server_lr) and self.server_lr > 0
+        ):
+            raise InputError(f"server-lr must be > 0, got {self.server_lr!r}")
+
+    @classmethod
+    def create(
+        cls,
+        scenario: str = "digits-20",
+        strategy: str = "edge",
+        *,
+        seed: int = 0,
+        rounds: int | None = None,
+        clients: int | None = None,
+        heterogeneity: float | None = None,
+        threshold: int | None = None,
+        slice_budget: float | None = None,
+        **options: Any,
+    ) -> SimSettings:
+        """Resolve a scenario by name with overrides and build validated settings.
+
+        ``rounds=None`` takes the scenario's update budget for the strategy.
+        """
+        (name,) = resolve_strategies(strategy)
+        sc = resolve_scenario(
+            scenario, clients=clients, heterogeneity=heterogeneity, threshold=threshold
+        )
+        if slice_budget is not None:
+            if not (math.isfinite(slice_budget) and slice_budget >= 0):
+                raise InputError(f"slice-budget must be >= 0, got {slice_budget!r}")
+            sc = replace(sc, slice_budget=slice_budget)
+        n = sc.rounds_for(name) if rounds is None else rounds
+        return cls(scenario=sc, strategy=name, seed=seed, rounds=n, **options)
+
+    @classmethod
+    def from_run_config(cls, run_config: Mapping[str, object]) -> SimSettings:
+        """Read and validate a Flower run config (see the module docstring).
+
+        Raises
+        ------
+        ConfigError
+            A key of the wrong type or out of range; the message names the key.
+        """
+        cfg = {**RUN_CONFIG_DEFAULTS, **dict(run_config)}
+
+        def text(key: str) -> str:
+            value = cfg[key]
+            if not isinstance(value, str):
+                raise ConfigError(f"run config {key!r} must be a string, got {value!r}")
+            return value
+
+        def integer(key: str) -> int:
+            value = cfg[key]
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"run config {key!r} must be an integer >= 0, got {value!r}")
+            return value
+
+        def real(key: str) -> float:
+            value = cfg[key]
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(f"run config {key!r} must be a number, got {value!r}")
+            if math.isnan(value):
+                raise ConfigError(f"run config {key!r} must be a number, got nan")
+            return float(value)
+
+        rounds, threshold, clients = (
+            integer(NUM_SERVER_ROUNDS),
+            integer(THRESHOLD),
+            integer(CLIENTS),
+        )
+        hetero, budget = real(HETEROGENEITY), real(SLICE_BUDGET)
+        try:
+            return cls.create(
+                text(SCENARIO),
+                text(STRATEGY),
+                seed=integer(SEED),
+                rounds=rounds or None,
+                clients=clients or None,
+                heterogeneity=hetero if hetero > 0 else None,
+                threshold=threshold or None,
+                slice_budget=budget if budget >= 0 else None,
+                decay=text(DECAY),
+                decay_a=real(DECAY_A),
+                alpha=real(ALPHA),
+                theta=real(THETA),
+                shares=text(SHARES),
+            )
+        except ConfigError:
+            raise
+        except InputError as exc:
+            raise ConfigError(f"run config: {exc}") from None
+
+    def client_run_config(self) -> dict[str, int | float | str]:
+        """Return the run config a client of this run reads (``clients.settings`` keys)."""
+        from clients import settings as cs
+
+        sc = self.scenario
+        return {
+            cs.LEARNING_RATE: sc.learning_rate,
+            cs.BATCH_SIZE: sc.batch_size,
+            cs.LOCAL_EPOCHS: sc.local_epochs,
+            cs.ALPHA: self.alpha,
+            cs.THETA: self.theta,
+            cs.SEED: self.seed,
+        }
