@@ -61,7 +61,7 @@ from __future__ import annotations
 import copy
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from logging import DEBUG, INFO, getLogger
 from typing import Any, Literal, get_args
@@ -81,6 +81,7 @@ __all__ = [
     "OperatorCost",
     "Share",
     "analyze_model",
+    "compute_share_of",
     "op_cost",
 ]
 
@@ -604,6 +605,55 @@ def analyze_model(
     profile = _profile(recorder.calls, share, tuple(recorder.unmodelled))
     backward_ran = any(name.startswith("bwd/") for name, _, _, _ in recorder.calls)
     return replace(profile, includes_backward=backward_ran, metadata_only=recorder.skipped)
+
+
+def compute_share_of(
+    model: nn.Module | Callable[[], nn.Module],
+    input_shape: Sequence[int],
+    *,
+    share: Share = "count",
+) -> float:
+    """Return ``p_c`` of a model: its compute-intensive operator share on one training step.
+
+    The served model's ``p_c`` distorts the radar chart of seed 000 (compute axes have
+    length ``p_c``, storage axes ``1 - p_c``). A server that knows the model it serves runs
+    this once, before the first round (e.g. ``ShareConfig(compute_share="auto",
+    model=factory, input_shape=(32, 64))``); on the ``meta`` device a small model takes a
+    fraction of a second (see :func:`analyze_model`).
+
+    Parameters
+    ----------
+    model : torch.nn.Module or callable
+        The model, or a factory that returns it (called once).
+    input_shape : sequence of int
+        Shape of one float32 training batch, batch first (e.g. ``(32, 64)``); every entry
+        ``>= 1``.
+    share : {"count", "flops"} (default: "count")
+        How ``p_c`` is counted: by operators (the seed) or by FLOPs.
+
+    Returns
+    -------
+    float
+        ``p_c`` in ``[0, 1]`` (0.40 for the bundled digits MLP).
+
+    Raises
+    ------
+    InputError
+        A factory that does not return a module, a bad ``input_shape``, or any reason of
+        :func:`analyze_model`.
+    """
+    shape = tuple(input_shape)
+    if len(shape) < 2 or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in shape
+    ):
+        raise InputError(
+            f"input_shape must be batch-first with at least 2 dims, every dim an int >= 1, "
+            f"got {shape}"
+        )
+    built = model if isinstance(model, nn.Module) else model()
+    if not isinstance(built, nn.Module):
+        raise InputError(f"model factory must return a torch.nn.Module, got {type(built).__name__}")
+    return analyze_model(built, torch.zeros(shape), share=share).compute_share
 
 
 def _profile(

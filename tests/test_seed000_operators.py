@@ -286,3 +286,32 @@ def test_operator_zoo_is_fully_modelled() -> None:
         assert profile.unmodelled == (), execute
         gelu = only(profile, "gelu")[0]
         assert gelu.flops == 8 * 4 * 8 * 6
+
+
+def test_compute_share_of_a_model_and_of_its_factory() -> None:
+    """p_c of the served model: the digits MLP measures 0.40 (6 of 15 operators)."""
+    from flower_edge.models import MLP
+    from flower_edge.operators import compute_share_of
+
+    reference = analyze_model(MLP(), torch.zeros(8, 64))
+    by_hand = sum(o.kind == "compute" for o in reference.operators) / len(reference.operators)
+    assert compute_share_of(MLP(), (8, 64)) == pytest.approx(by_hand)
+    assert compute_share_of(MLP, [8, 64]) == pytest.approx(0.4)
+    flops = compute_share_of(MLP, (8, 64), share="flops")
+    assert flops == pytest.approx(reference.compute_flops / reference.total_flops)
+
+
+@pytest.mark.parametrize(
+    ("model", "shape", "match"),
+    [
+        (nn.Linear(4, 2), (4,), "input_shape must be batch-first"),
+        (nn.Linear(4, 2), (2, 0), "every dim an int >= 1, got"),
+        (lambda: "not a model", (2, 4), "model factory must return a torch.nn.Module, got str"),
+        (nn.Linear(4, 2), (2, 5), "does not fit the model"),
+    ],
+)
+def test_compute_share_of_rejects_bad_input(model: object, shape: tuple, match: str) -> None:
+    from flower_edge.operators import compute_share_of
+
+    with pytest.raises(InputError, match=match):
+        compute_share_of(model, shape)  # type: ignore[arg-type]
