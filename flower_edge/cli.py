@@ -2,47 +2,105 @@
 
 Each sub-command lives in its own module, which exposes ``add_parser(subparsers)`` and
 ``run(args) -> int``. Those modules import their heavy dependencies (torch, flwr, ray) inside
-``run`` so that ``flower-edge --help`` stays fast. ``simulate`` belongs to the top layer
-(``simulations``), which this module may not import statically; it is looked up by name.
+``run`` so that ``flower-edge --help`` stays fast.
 
-Exit codes: 0 success, 1 the run failed, 2 bad input (usage, invalid option or file),
-130 interrupted (Ctrl-C).
+The core commands (``profile``, ``analyze``, ``plan``) are in this package. Commands of the
+upper layers (``simulate``, in ``simulations``) are found through the entry-point group
+:data:`COMMANDS_GROUP`: this package never imports an upper layer by name. An upper-layer
+command whose module cannot be imported (a device with only the core package, or without
+flwr) is listed as unavailable, and running it says why (exit code 2); the core commands keep
+working.
+
+Exit codes: 0 success, 1 the run failed, 2 bad input (usage, invalid option or file, a command
+that is not available here), 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from importlib import import_module
+from importlib.metadata import entry_points
 from types import ModuleType
+from typing import Any
 
 from flower_edge.errors import FlowerEdgeError, InputError
 
-__all__ = ["COMMAND_MODULES", "build_parser", "main"]
+__all__ = ["COMMANDS_GROUP", "COMMAND_MODULES", "build_parser", "command_modules", "main"]
 
-#: sub-command name -> module implementing ``add_parser`` and ``run``
+#: core sub-command name -> module implementing ``add_parser`` and ``run``
 COMMAND_MODULES: dict[str, str] = {
     "profile": "flower_edge.cli_profile",
     "analyze": "flower_edge.cli_plan",
     "plan": "flower_edge.cli_plan",
-    "simulate": "simulations.cli",
 }
+#: entry-point group of the upper layers' commands: ``name = "package.module"``, the module
+#: implementing ``add_parser`` and ``run`` (see ``[project.entry-points]`` in pyproject.toml)
+COMMANDS_GROUP = "flower_edge.commands"
+
+Loader = Callable[[], ModuleType]
 
 
-def _modules() -> dict[str, ModuleType]:
-    seen: dict[str, ModuleType] = {}
-    for name in dict.fromkeys(COMMAND_MODULES.values()):
+def _plugin_commands() -> dict[str, tuple[str, Loader]]:
+    """Return the upper layers' commands: name -> (module path, loader), without importing."""
+    found: dict[str, tuple[str, Loader]] = {}
+    for ep in entry_points(group=COMMANDS_GROUP):
+        if ep.name in COMMAND_MODULES:  # a plugin may not replace a core command
+            continue
+        found[ep.name] = (ep.value, ep.load)
+    return found
+
+
+def command_modules(
+    plugins: dict[str, tuple[str, Loader]] | None = None,
+) -> tuple[dict[str, ModuleType], dict[str, str]]:
+    """Import the command modules.
+
+    Parameters
+    ----------
+    plugins : dict, optional
+        Upper-layer commands, name -> (module path, loader) (default: the installed entry
+        points of :data:`COMMANDS_GROUP`).
+
+    Returns
+    -------
+    tuple of (dict, dict)
+        Module path -> module of every importable command module (core first), and command
+        name -> reason for each upper-layer command that could not be imported.
+    """
+    modules = {name: import_module(name) for name in dict.fromkeys(COMMAND_MODULES.values())}
+    missing: dict[str, str] = {}
+    for command, (path, load) in (_plugin_commands() if plugins is None else plugins).items():
         try:
-            seen[name] = importlib.import_module(name)
-        except ModuleNotFoundError as exc:  # a layer not built yet: leave its commands out
-            if exc.name != name:
-                raise
-    return seen
+            module = load()
+        except ImportError as exc:  # its layer (or one of its dependencies) is not installed
+            missing[command] = f"{type(exc).__name__}: {exc}"
+            continue
+        modules.setdefault(path, module)
+    return modules, missing
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Build the argument parser with every available sub-command."""
+def _add_unavailable(sub: Any, command: str, reason: str) -> None:
+    """Register ``command`` as a sub-command that only reports why it is not available."""
+    p: argparse.ArgumentParser = sub.add_parser(
+        command, help=f"(not available here: {reason})", add_help=False
+    )
+    p.set_defaults(takes_any_arguments=True)
+
+    def run(_: argparse.Namespace) -> int:
+        raise InputError(
+            f"not available here ({reason}); install flower-edge with its upper layers "
+            "(clients, strategies, simulations) and flwr"
+        )
+
+    p.set_defaults(run=run)
+
+
+def build_parser(
+    plugins: dict[str, tuple[str, Loader]] | None = None,
+) -> argparse.ArgumentParser:
+    """Build the argument parser with every sub-command (see :func:`command_modules`)."""
     parser = argparse.ArgumentParser(
         prog="flower-edge",
         description="Flower on heterogeneous edge devices: profile, analyze, plan, simulate.",
@@ -51,15 +109,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"flower-edge {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in _modules().values():
+    modules, missing = command_modules(plugins)
+    for module in modules.values():
         module.add_parser(sub)
+    for command, reason in missing.items():
+        _add_unavailable(sub, command, reason)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the process exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "takes_any_arguments", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")  # as parse_args does
     try:
         code: int = args.run(args)
     except KeyboardInterrupt:
