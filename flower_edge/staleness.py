@@ -2,16 +2,11 @@
 
 The server weights local model ``i`` by ``w_i = c_i * g(dt_i)``, where ``dt_i`` is the receive
 time of the update minus the send time of the global model it started from, and ``g`` is a
-preset decreasing function with ``g(0) = 1`` and ``g > 0``:
-
-=============  ==========================================  =====================
-name           g(dt)                                       parameters
-=============  ==========================================  =====================
-exponential    ``exp(-a * dt)``                            ``a > 0``
-polynomial     ``(1 + dt) ** (-a)``                        ``a > 0``
-hinge          ``1 if dt <= b else 1 / (a * (dt - b) + 1)``  ``a > 0, b >= 0``
-constant       ``1``                                       none
-=============  ==========================================  =====================
+preset decreasing function with ``g(0) = 1`` and ``g > 0``. The decays are registered in
+:data:`DECAY_RULES`, one :class:`DecayRule` each; :func:`decay_table` renders them as the
+table of ``docs/strategy.md`` (a test keeps the two equal). Adding a decay is one
+:class:`DecayRule` in :data:`DECAY_RULES` plus its name in the :data:`DecayName` Literal (an
+import-time check fails when the two disagree); the run config, the checks and the docs follow.
 
 ``dt`` is in whatever unit the caller measures it (seconds on the server's clock for the edge
 strategy, versions for the FedAsync / FedBuff baselines). An exponential decay underflows to
@@ -22,7 +17,7 @@ everywhere and strictly decreasing above the floor (hinge: beyond ``b``).
 Also here: the baselines' staleness weights, FedBuff's ``1 / sqrt(1 + staleness)`` (Nguyen et
 al., "Federated Learning with Buffered Asynchronous Aggregation", AISTATS 2022) and FedAsync's
 mixing ``alpha * s(staleness)`` (Xie, Koyejo and Gupta, "Asynchronous Federated Optimization",
-2019), whose ``s`` are the polynomial, hinge and constant forms above.
+2019), whose ``s`` are the registered decays marked ``fedasync``.
 """
 
 from __future__ import annotations
@@ -31,53 +26,173 @@ import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from numbers import Integral, Real
+from numbers import Real
 from typing import Literal, get_args
 
+from flower_edge import validate
 from flower_edge.errors import ConfigError, InputError
 
 __all__ = [
     "DECAYS",
+    "DECAY_PARAMS",
+    "DECAY_RULES",
     "MIN_DECAY",
     "MIXINGS",
     "Decay",
     "DecayName",
+    "DecayParam",
+    "DecayRule",
     "MixingName",
+    "decay_table",
     "fedasync_mixing",
     "fedbuff_weight",
     "make_decay",
 ]
 
-DecayName = Literal["exponential", "polynomial", "hinge", "constant"]
-MixingName = Literal["constant", "polynomial", "hinge"]
-
-DECAYS: tuple[str, ...] = get_args(DecayName)
-"""Names accepted by :class:`Decay` and :func:`make_decay`."""
-
-MIXINGS: tuple[str, ...] = get_args(MixingName)
-"""Staleness functions ``s`` accepted by :func:`fedasync_mixing`."""
-
 MIN_DECAY: float = sys.float_info.min
 """Floor of every decay value (about 2.2e-308): a weight is never zero."""
 
 
+@dataclass(frozen=True)
+class DecayParam:
+    """A parameter shared by the decays (``a`` or ``b``).
+
+    Parameters
+    ----------
+    name : str
+        Keyword of :class:`Decay` and :func:`make_decay` (``decay_<name>`` elsewhere).
+    default : float
+        Its default value.
+    allow_zero : bool
+        Whether 0 is allowed (``>= 0``) or not (``> 0``); it is never negative.
+    """
+
+    name: str
+    default: float
+    allow_zero: bool
+
+    @property
+    def bound(self) -> str:
+        """The allowed range as text: ``"> 0"`` or ``">= 0"``."""
+        return validate.describe_range(0.0, None, low_inclusive=self.allow_zero)
+
+    def check(self, value: object) -> float:
+        """Return ``value`` as a float, or raise a ConfigError naming the parameter."""
+        return validate.number(
+            f"decay parameter {self.name}", value, low=0.0, low_inclusive=self.allow_zero
+        )
+
+
+DECAY_PARAMS: dict[str, DecayParam] = {
+    p.name: p for p in (DecayParam("a", 0.5, False), DecayParam("b", 4.0, True))
+}
+"""The parameters of the decays, by name: ``a`` (rate, ``> 0``), ``b`` (hinge point, ``>= 0``)."""
+
+
+@dataclass(frozen=True)
+class DecayRule:
+    """One registered decay ``g(dt; a, b)``.
+
+    Parameters
+    ----------
+    name : str
+        The name users give (``decay="hinge"``, run config ``decay = "hinge"``).
+    formula : str
+        ``g(dt)`` as the docs print it.
+    params : tuple of str
+        The :data:`DECAY_PARAMS` it uses (the others are ignored, not checked).
+    fn : callable
+        ``fn(dt, a, b) -> g``, before the :data:`MIN_DECAY` floor.
+    fedasync : bool
+        Whether FedAsync accepts it as its staleness function ``s`` (Xie et al. define
+        constant, polynomial and hinge forms).
+    """
+
+    name: str
+    formula: str
+    params: tuple[str, ...]
+    fn: Callable[[float, float, float], float]
+    fedasync: bool
+
+
+DECAY_RULES: dict[str, DecayRule] = {
+    rule.name: rule
+    for rule in (
+        DecayRule(
+            name="exponential",
+            formula="exp(-a * dt)",
+            params=("a",),
+            fn=lambda dt, a, b: math.exp(-a * dt),
+            fedasync=False,
+        ),
+        DecayRule(
+            name="polynomial",
+            formula="(1 + dt) ** (-a)",
+            params=("a",),
+            fn=lambda dt, a, b: (1.0 + dt) ** -a,
+            fedasync=True,
+        ),
+        DecayRule(
+            name="hinge",
+            formula="1 if dt <= b else 1 / (a * (dt - b) + 1)",
+            params=("a", "b"),
+            fn=lambda dt, a, b: 1.0 if dt <= b else 1.0 / (a * (dt - b) + 1.0),
+            fedasync=True,
+        ),
+        DecayRule(
+            name="constant",
+            formula="1",
+            params=(),
+            fn=lambda dt, a, b: 1.0,
+            fedasync=True,
+        ),
+    )
+}
+"""The registered decays, in the order the docs and messages list them."""
+
+DecayName = Literal["exponential", "polynomial", "hinge", "constant"]
+"""Names of :data:`DECAY_RULES`, for type checkers."""
+MixingName = Literal["polynomial", "hinge", "constant"]
+"""Names of the :data:`DECAY_RULES` marked ``fedasync``, for type checkers."""
+
+DECAYS: tuple[str, ...] = tuple(DECAY_RULES)
+"""Names accepted by :class:`Decay` and :func:`make_decay`."""
+
+MIXINGS: tuple[str, ...] = tuple(name for name, rule in DECAY_RULES.items() if rule.fedasync)
+"""Staleness functions ``s`` accepted by :func:`fedasync_mixing` and FedAsync."""
+
+if get_args(DecayName) != DECAYS or get_args(MixingName) != MIXINGS:  # pragma: no cover
+    raise ImportError(
+        f"DecayName {get_args(DecayName)} / MixingName {get_args(MixingName)} disagree with "
+        f"DECAY_RULES {DECAYS} / {MIXINGS}: add the new decay's name to the Literal"
+    )
+
+
+def decay_table() -> str:
+    """Render :data:`DECAY_RULES` as the Markdown table of ``docs/strategy.md``.
+
+    Returns
+    -------
+    str
+        A Markdown table (name, ``g(dt)``, parameters, FedAsync), one row per decay, with no
+        trailing newline.
+    """
+    rows = ["| name | g(dt) | parameters | FedAsync `s` |", "|---|---|---|---|"]
+    for rule in DECAY_RULES.values():
+        params = ", ".join(
+            f"`{p} {DECAY_PARAMS[p].bound}` (default {DECAY_PARAMS[p].default:g})"
+            for p in rule.params
+        )
+        rows.append(
+            f"| `{rule.name}` | `{rule.formula}` | {params or 'none'} | "
+            f"{'yes' if rule.fedasync else 'no'} |"
+        )
+    return "\n".join(rows)
+
+
 def _check_delay(delay: float, name: str = "delay") -> float:
     """Return ``delay`` as a float after checking that it is a finite number >= 0."""
-    if isinstance(delay, bool) or not isinstance(delay, Real):
-        raise InputError(f"{name} must be a real number >= 0, got {delay!r}")
-    value = float(delay)
-    if not math.isfinite(value) or value < 0.0:
-        raise InputError(f"{name} must be finite and >= 0, got {value!r}")
-    return value
-
-
-def _check_param(name: str, value: float, *, allow_zero: bool) -> None:
-    bound = ">= 0" if allow_zero else "> 0"
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise ConfigError(f"decay parameter {name} must be a real number {bound}, got {value!r}")
-    ok = value >= 0.0 if allow_zero else value > 0.0
-    if not math.isfinite(value) or not ok:
-        raise ConfigError(f"decay parameter {name} must be finite and {bound}, got {value!r}")
+    return validate.number(name, delay, low=0.0, error=InputError)
 
 
 @dataclass(frozen=True)
@@ -101,16 +216,13 @@ class Decay:
     """
 
     name: DecayName
-    a: float = 0.5
-    b: float = 4.0
+    a: float = DECAY_PARAMS["a"].default
+    b: float = DECAY_PARAMS["b"].default
 
     def __post_init__(self) -> None:
-        if self.name not in DECAYS:
-            raise ConfigError(f"unknown decay {self.name!r}; choose one of {', '.join(DECAYS)}")
-        if self.name != "constant":
-            _check_param("a", self.a, allow_zero=False)
-        if self.name == "hinge":
-            _check_param("b", self.b, allow_zero=True)
+        validate.choice("decay", self.name, DECAYS)
+        for param in DECAY_RULES[self.name].params:
+            DECAY_PARAMS[param].check(getattr(self, param))
 
     def __call__(self, delay: float) -> float:
         """Return ``g(delay)``.
@@ -130,15 +242,7 @@ class Decay:
         InputError
             ``delay`` negative, NaN, infinite or not a number.
         """
-        dt = _check_delay(delay)
-        if self.name == "exponential":
-            value = math.exp(-self.a * dt)
-        elif self.name == "polynomial":
-            value = (1.0 + dt) ** (-self.a)
-        elif self.name == "hinge":
-            value = 1.0 if dt <= self.b else 1.0 / (self.a * (dt - self.b) + 1.0)
-        else:
-            value = 1.0
+        value = DECAY_RULES[self.name].fn(_check_delay(delay), self.a, self.b)
         return max(value, MIN_DECAY)
 
 
@@ -171,14 +275,13 @@ def make_decay(spec: str | Callable[[float], float], **params: float) -> Callabl
             raise ConfigError("decay parameters cannot be given with a Decay instance")
         return spec
     if isinstance(spec, str):
-        unknown = sorted(set(params) - {"a", "b"})
+        unknown = sorted(set(params) - set(DECAY_PARAMS))
         if unknown:
+            allowed = ", ".join(f"{p.name} ({p.bound})" for p in DECAY_PARAMS.values())
             raise ConfigError(
-                f"unknown decay parameter(s) {', '.join(unknown)}; allowed: a (> 0), b (>= 0)"
+                f"unknown decay parameter(s) {', '.join(unknown)}; allowed: {allowed}"
             )
-        if spec not in DECAYS:
-            raise ConfigError(f"unknown decay {spec!r}; choose one of {', '.join(DECAYS)}")
-        return Decay(spec, **params)  # type: ignore[arg-type]
+        return Decay(validate.choice("decay", spec, DECAYS), **params)  # type: ignore[arg-type]
     if not callable(spec):
         raise ConfigError(
             f"decay must be a name in {', '.join(DECAYS)} or a callable, got {type(spec).__name__}"
@@ -210,11 +313,7 @@ class _CheckedDecay:
 
 
 def _check_staleness(staleness: int) -> int:
-    if isinstance(staleness, bool) or not isinstance(staleness, Integral):
-        raise InputError(f"staleness must be an integer >= 0, got {staleness!r}")
-    if staleness < 0:
-        raise InputError(f"staleness must be an integer >= 0, got {staleness!r}")
-    return int(staleness)
+    return validate.integer("staleness", staleness, low=0, error=InputError)
 
 
 def fedbuff_weight(staleness: int) -> float:
@@ -256,8 +355,9 @@ def fedasync_mixing(
     staleness : int
         ``t - tau``: versions published since the update's base version; ``>= 0``.
     kind : MixingName (default: "polynomial")
-        ``"constant"`` (``s = 1``), ``"polynomial"`` (``s = (1 + t - tau) ** (-a)``) or
-        ``"hinge"`` (``s = 1`` while ``t - tau <= b``, else ``1 / (a * (t - tau - b) + 1)``).
+        One of :data:`MIXINGS`: ``"polynomial"`` (``s = (1 + t - tau) ** (-a)``),
+        ``"hinge"`` (``s = 1`` while ``t - tau <= b``, else ``1 / (a * (t - tau - b) + 1)``)
+        or ``"constant"`` (``s = 1``).
     a : float (default: 0.5)
         Decay rate, ``> 0``.
     b : float (default: 4.0)
@@ -275,10 +375,6 @@ def fedasync_mixing(
     InputError
         ``staleness`` negative or not an integer.
     """
-    if isinstance(alpha, bool) or not isinstance(alpha, Real) or not 0.0 < alpha <= 1.0:
-        raise ConfigError(f"FedAsync alpha must be in (0, 1], got {alpha!r}")
-    if kind not in MIXINGS:
-        raise ConfigError(
-            f"unknown FedAsync staleness function {kind!r}; choose one of {', '.join(MIXINGS)}"
-        )
-    return float(alpha) * Decay(kind, a=a, b=b)(_check_staleness(staleness))
+    rate = validate.probability("FedAsync alpha", alpha, allow_zero=False)
+    validate.choice("FedAsync staleness function", kind, MIXINGS)
+    return rate * Decay(kind, a=a, b=b)(_check_staleness(staleness))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from typing import get_args
 
 import pytest
 from hypothesis import given, settings
@@ -10,9 +12,15 @@ from hypothesis import strategies as st
 
 from flower_edge.errors import ConfigError, InputError
 from flower_edge.staleness import (
+    DECAY_PARAMS,
+    DECAY_RULES,
     DECAYS,
     MIN_DECAY,
+    MIXINGS,
     Decay,
+    DecayName,
+    MixingName,
+    decay_table,
     fedasync_mixing,
     fedbuff_weight,
     make_decay,
@@ -88,13 +96,16 @@ def test_decay_is_strictly_decreasing_past_the_hinge(decay: Decay, start: float)
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"name": "exponential", "a": 0.0}, r"decay parameter a must be finite and > 0, got 0\.0"),
-        ({"name": "polynomial", "a": -1.0}, r"decay parameter a must be finite and > 0"),
-        ({"name": "polynomial", "a": math.nan}, r"decay parameter a must be finite and > 0"),
-        ({"name": "hinge", "a": math.inf}, r"decay parameter a must be finite and > 0"),
-        ({"name": "hinge", "a": 1.0, "b": -0.5}, r"decay parameter b must be finite and >= 0"),
-        ({"name": "hinge", "a": "1"}, r"decay parameter a must be a real number > 0"),
-        ({"name": "linear"}, r"unknown decay 'linear'; choose one of exponential, polynomial"),
+        ({"name": "exponential", "a": 0.0}, r"decay parameter a must be > 0, got 0\.0"),
+        ({"name": "polynomial", "a": -1.0}, r"decay parameter a must be > 0, got -1\.0"),
+        ({"name": "polynomial", "a": math.nan}, r"decay parameter a must be a finite number > 0"),
+        ({"name": "hinge", "a": math.inf}, r"decay parameter a must be a finite number > 0"),
+        ({"name": "hinge", "a": 1.0, "b": -0.5}, r"decay parameter b must be >= 0, got -0\.5"),
+        ({"name": "hinge", "a": "1"}, r"decay parameter a must be a finite number > 0, got '1'"),
+        (
+            {"name": "linear"},
+            r"decay must be one of exponential, .*, got 'linear'",
+        ),
     ],
 )
 def test_bad_decay_settings_raise_config_error(kwargs: dict[str, object], match: str) -> None:
@@ -109,25 +120,26 @@ def test_constant_decay_ignores_its_unused_parameters() -> None:
 
 @pytest.mark.parametrize("delay", [-1.0, -1e-9, math.nan, math.inf])
 def test_bad_delays_raise_input_error(delay: float) -> None:
-    with pytest.raises(InputError, match=r"delay must be finite and >= 0"):
+    match = r"delay must be (>= 0|a finite number >= 0), got"
+    with pytest.raises(InputError, match=match):
         Decay("polynomial")(delay)
-    with pytest.raises(InputError, match=r"delay must be finite and >= 0"):
+    with pytest.raises(InputError, match=match):
         make_decay(lambda dt: 1.0)(delay)
 
 
 def test_non_numeric_delay_raises_input_error() -> None:
-    with pytest.raises(InputError, match=r"delay must be a real number >= 0, got '3'"):
+    with pytest.raises(InputError, match=r"delay must be a finite number >= 0, got '3'"):
         Decay("hinge")("3")  # type: ignore[arg-type]
 
 
 def test_make_decay_rejects_unknown_names_and_parameters() -> None:
     with pytest.raises(
-        ConfigError, match=r"choose one of exponential, polynomial, hinge, constant"
+        ConfigError, match=r"decay must be one of exponential, polynomial, hinge, constant, got"
     ):
         make_decay("cosine")
     with pytest.raises(ConfigError, match=r"unknown decay parameter\(s\) c; allowed: a \(> 0\)"):
         make_decay("hinge", c=1.0)
-    with pytest.raises(ConfigError, match=r"decay parameter a must be finite and > 0"):
+    with pytest.raises(ConfigError, match=r"decay parameter a must be > 0, got -2\.0"):
         make_decay("exponential", a=-2.0)
     with pytest.raises(ConfigError, match=r"apply only to named decays"):
         make_decay(lambda dt: 1.0, a=1.0)
@@ -187,9 +199,44 @@ def test_baseline_weights_reject_bad_inputs() -> None:
         fedasync_mixing(0.0, 1)
     with pytest.raises(ConfigError, match=r"FedAsync alpha must be in \(0, 1\], got 1\.5"):
         fedasync_mixing(1.5, 1)
-    with pytest.raises(ConfigError, match=r"unknown FedAsync staleness function 'exponential'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"FedAsync staleness function must be one of .*, got 'exponential'",
+    ):
         fedasync_mixing(0.5, 1, "exponential")  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match=r"decay parameter a must be finite and > 0"):
+    with pytest.raises(ConfigError, match=r"decay parameter a must be > 0, got 0\.0"):
         fedasync_mixing(0.5, 1, "hinge", a=0.0)
     with pytest.raises(InputError, match=r"staleness must be an integer >= 0"):
         fedasync_mixing(0.5, -2)
+
+
+def test_docs_decay_table_is_the_rendered_registry() -> None:
+    text = (Path(__file__).resolve().parents[1] / "docs" / "strategy.md").read_text("utf-8")
+    start, end = "<!-- decay-table:start -->\n", "\n<!-- decay-table:end -->"
+    assert start in text
+    assert end in text
+    documented = text[text.index(start) + len(start) : text.index(end)]
+    assert documented == decay_table()
+
+
+def test_registry_feeds_names_types_and_table() -> None:
+    assert get_args(DecayName) == DECAYS == tuple(DECAY_RULES)
+    assert get_args(MixingName) == MIXINGS
+    assert set(MIXINGS) == {"constant", "polynomial", "hinge"}
+    rows = decay_table().splitlines()[2:]
+    assert [row.split("`")[1] for row in rows] == list(DECAYS)
+    for rule in DECAY_RULES.values():
+        assert set(rule.params) <= set(DECAY_PARAMS)
+        assert rule.fn(0.0, 0.5, 4.0) == 1.0  # g(0) = 1 for every registered decay
+        assert f"`{rule.formula}`" in decay_table()
+
+
+@pytest.mark.parametrize("name", DECAYS)
+def test_registered_decay_checks_exactly_its_parameters(name: str) -> None:
+    rule = DECAY_RULES[name]
+    for param in DECAY_PARAMS:
+        if param in rule.params:
+            with pytest.raises(ConfigError, match=f"decay parameter {param} must be"):
+                Decay(name, **{param: -1.0})  # type: ignore[arg-type]
+        else:
+            Decay(name, **{param: -1.0})  # type: ignore[arg-type]  # unused: not checked
