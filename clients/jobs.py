@@ -9,6 +9,7 @@ the seed-001 rule (:func:`flower_edge.decision.decide`) abandons the stale job o
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, replace
 from logging import DEBUG, INFO, WARNING
@@ -178,10 +179,10 @@ def train_job(
     abandoned = 0
     share = req.sample_share
     if job is not None and req.global_version > job.record.base_version:
-        ratio = 1.0 if req.match_ratio is None else req.match_ratio
-        resource = ratio * rt.availability(timer is not None)
-        decision = decide(s.alpha, s.theta, resource, value, participated)
-        log_decision(req, job.record, decision, s.theta)
+        theta = s.theta if req.theta is None else req.theta  # the server's threshold wins
+        resource = linear_resource(req) * rt.availability(timer is not None)
+        decision = decide(s.alpha, theta, resource, value, participated)
+        log_decision(req, job.record, decision, theta)
         if decision.abandon:
             abandoned = 1
             node = replace(node, abandoned_jobs=node.abandoned_jobs + 1)
@@ -268,6 +269,20 @@ def slice_limits(
         granted = int(timer.samples_within(float(req.send_time or 0.0), req.slice_budget))
         return max(0, granted) + credit, None
     return None, time.perf_counter() + req.slice_budget
+
+
+def linear_resource(req: TrainRequest) -> float:
+    """Return the node's ``R`` before availability, on the linear ``[0, 1]`` scale.
+
+    The server's :data:`~flower_edge.wire.RESOURCE` (``sqrt(m / max m)``) when sent; else
+    ``sqrt(m)`` of the match ratio alone (the same scale up to the best node's ``sqrt(max
+    m)``); else 1 (a server that sends neither, e.g. a plain Flower strategy).
+    """
+    if req.resource is not None:
+        return req.resource
+    if req.match_ratio is not None:
+        return math.sqrt(req.match_ratio)
+    return 1.0
 
 
 def log_decision(req: TrainRequest, job: JobRecord, decision: Decision, theta: float) -> None:

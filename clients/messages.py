@@ -48,6 +48,10 @@ class TrainRequest:
         :data:`~flower_edge.wire.SLICE_BUDGET` (>= 0; 0 = the whole job in one message).
     match_ratio : float | None
         :data:`~flower_edge.wire.MATCH_RATIO`, clipped to [0, 1].
+    resource : float | None
+        :data:`~flower_edge.wire.RESOURCE`, clipped to [0, 1].
+    theta : float | None
+        :data:`~flower_edge.wire.THETA` (>= 0, ``inf`` allowed): the server's threshold.
     value_node_ids, values : tuple
         :data:`~flower_edge.wire.VALUE_NODE_IDS` / :data:`~flower_edge.wire.VALUES`.
     values_round : int | None
@@ -65,6 +69,8 @@ class TrainRequest:
     sample_share: int | None
     slice_budget: float
     match_ratio: float | None
+    resource: float | None
+    theta: float | None
     value_node_ids: tuple[int, ...]
     values: tuple[float, ...]
     values_round: int | None
@@ -157,6 +163,12 @@ def parse_train(msg: Message) -> TrainRequest:
     ratio = _real(cfg, wire.MATCH_RATIO)
     if ratio is not None and not math.isfinite(ratio):
         raise InputError(f"config {wire.MATCH_RATIO!r} must be finite, got {ratio}")
+    resource = _real(cfg, wire.RESOURCE)
+    if resource is not None and not math.isfinite(resource):
+        raise InputError(f"config {wire.RESOURCE!r} must be finite, got {resource}")
+    theta = _real(cfg, wire.THETA)
+    if theta is not None and not theta >= 0:
+        raise InputError(f"config {wire.THETA!r} must be >= 0 (inf allowed), got {theta}")
     node_ids = tuple(int(v) for v in _list(cfg, wire.VALUE_NODE_IDS, int))  # type: ignore[call-overload]
     values = tuple(float(v) for v in _list(cfg, wire.VALUES, float))  # type: ignore[arg-type]
     if len(node_ids) != len(values):
@@ -178,6 +190,8 @@ def parse_train(msg: Message) -> TrainRequest:
         sample_share=_int(cfg, wire.SAMPLE_SHARE),
         slice_budget=budget or 0.0,
         match_ratio=None if ratio is None else min(1.0, max(0.0, ratio)),
+        resource=None if resource is None else min(1.0, max(0.0, resource)),
+        theta=theta,
         value_node_ids=node_ids,
         values=values,
         values_round=_int(cfg, wire.VALUES_ROUND, low=None),

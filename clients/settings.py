@@ -57,7 +57,9 @@ class ClientSettings:
     alpha : float
         ``alpha`` in [0, 1]: weight of resources against value in the abandon score.
     theta : float
-        ``theta`` >= 0: abandon the stale job iff the score is >= theta.
+        ``theta`` >= 0: abandon the stale job iff the score is >= theta. Used only when the
+        server sends no threshold (:data:`~flower_edge.wire.THETA`): the edge strategy
+        sends the user's theta, or one derived from the live scores.
     seed : int
         ``seed`` (int >= 0): seeds the sample order of every job.
     """

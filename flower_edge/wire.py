@@ -21,7 +21,10 @@ All messages carry at most one :class:`~flwr.app.ArrayRecord` under :data:`ARRAY
 ``train`` (server -> client)
     Arrays: the global model, present only when it is newer than what the node has.
     Config: :data:`SERVER_ROUND`, :data:`GLOBAL_VERSION`, :data:`JOB_ID`,
-    :data:`SAMPLE_SHARE`, :data:`SLICE_BUDGET`, :data:`MATCH_RATIO`,
+    :data:`SAMPLE_SHARE`, :data:`SLICE_BUDGET`, :data:`MATCH_RATIO`, :data:`RESOURCE`
+    (the node's ``R`` on the linear scale, ``sqrt(m / max m)``, before availability),
+    :data:`THETA` (the abandon threshold: the user's, or the one the server derives from the
+    live scores, :func:`flower_edge.decision.derive_theta`),
     :data:`VALUE_NODE_IDS` / :data:`VALUES` (parallel lists) and :data:`VALUES_ROUND`,
     :data:`SEND_TIME` (server clock, seconds; virtual seconds under a virtual clock).
 
@@ -75,6 +78,8 @@ JOB_ID: Final = "job-id"
 SAMPLE_SHARE: Final = "sample-share"
 SLICE_BUDGET: Final = "slice-budget"  # seconds of training per message; 0 = no slicing
 MATCH_RATIO: Final = "match-ratio"
+RESOURCE: Final = "resource"  # R in [0, 1] of the abandon rule, before availability
+THETA: Final = "theta"  # abandon threshold the client applies
 VALUE_NODE_IDS: Final = "value-node-ids"
 VALUES: Final = "values"
 VALUES_ROUND: Final = "values-round"

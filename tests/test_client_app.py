@@ -156,13 +156,14 @@ def _preempt(
     match_ratio: float,
     values: tuple[list[int], list[float]] | None,
     availability: float = 1.0,
+    server: dict[str, float] | None = None,
 ) -> tuple[dict, Message]:
     """Start a 96-sample job (one batch per slice), then announce global v1 mid-job."""
     app = build_client_app(TASK, availability_fn=lambda: availability)
     ctx = node_context(NODE, run_config={"alpha": alpha, "theta": theta})
     start = _job(3, 0, **{wire.SAMPLE_SHARE: 96, wire.SLICE_BUDGET: 1e-9})
     assert _ok(app(_msg(start, _global(0)), ctx))[wire.SAMPLES_PROCESSED] == 16
-    cfg = _job(3, 1, **{wire.SLICE_BUDGET: 1e-9, wire.MATCH_RATIO: match_ratio})
+    cfg = _job(3, 1, **{wire.SLICE_BUDGET: 1e-9, wire.MATCH_RATIO: match_ratio}, **(server or {}))
     if values is not None:
         cfg |= {wire.VALUE_NODE_IDS: values[0], wire.VALUES: values[1], wire.VALUES_ROUND: 1}
     reply = app(_msg(cfg, _global(1)), ctx)
@@ -170,7 +171,7 @@ def _preempt(
 
 
 def test_high_score_abandons_and_restarts_from_the_new_global() -> None:
-    # R = 0.9 * 1.0, V = 0.5 (took part): score = 0.5*0.9 + 0.5*0.5 = 0.7 >= 0.6
+    # R = sqrt(0.9) * 1.0 = 0.949, V = 0.5 (took part): score = 0.724 >= 0.6
     m, _ = _preempt(0.5, 0.6, 0.9, ([NODE, 11], [0.5, 0.5]))
     assert (m[wire.ABANDONED], m[wire.ABANDONED_JOBS]) == (1, 1)
     assert m[wire.BASE_VERSION] == 1
@@ -178,20 +179,39 @@ def test_high_score_abandons_and_restarts_from_the_new_global() -> None:
 
 
 def test_low_score_continues_the_stale_job() -> None:
-    # R = 0.9 * 0.5 = 0.45, V = 0.1: score = 0.5*0.45 + 0.5*0.1 = 0.275 < 0.6
+    # R = sqrt(0.9) * 0.5 = 0.474, V = 0.1: score = 0.5*0.474 + 0.5*0.1 = 0.287 < 0.6
     m, _ = _preempt(0.5, 0.6, 0.9, ([NODE], [0.1]), availability=0.5)
     assert (m[wire.ABANDONED], m[wire.ABANDONED_JOBS]) == (0, 0)
     assert m[wire.BASE_VERSION] == 0
     assert m[wire.SAMPLES_PROCESSED] == 32
 
 
-def test_first_round_decision_uses_the_default_value() -> None:
-    # no results yet: V = 0; alpha = 0.5, R = 1: score 0.5 -> continue at theta 0.6 ...
-    m, _ = _preempt(0.5, 0.6, 1.0, None)
+def test_first_round_decision_uses_the_neutral_value() -> None:
+    # no results yet: V = 0.5 (neutral); alpha = 0.5, R = 0.64: score 0.57 -> continue at 0.6
+    m, _ = _preempt(0.5, 0.6, 0.64**2, None)
     assert m[wire.ABANDONED] == 0
-    # ... abandon at theta 0.5 (tie)
-    m, _ = _preempt(0.5, 0.5, 1.0, None)
+    # ... abandon at theta 0.57 (tie)
+    m, _ = _preempt(0.5, 0.57, 0.64**2, None)
     assert m[wire.ABANDONED] == 1
+    # a node never valued, results without it: V = their mean 0.25; score 0.445
+    m, _ = _preempt(0.5, 0.45, 0.64**2, ([1, 2], [0.1, 0.4]))
+    assert m[wire.ABANDONED] == 0
+    m, _ = _preempt(0.5, 0.445, 0.64**2, ([1, 2], [0.1, 0.4]))
+    assert m[wire.ABANDONED] == 1
+
+
+@pytest.mark.parametrize(("server_theta", "abandoned"), [(0.72, 1), (0.73, 0)])
+def test_the_servers_theta_overrides_the_run_config(server_theta: float, abandoned: int) -> None:
+    # run config theta 0 would always abandon; the server's threshold decides: score 0.724
+    m, _ = _preempt(0.5, 0.0, 0.9, ([NODE, 11], [0.5, 0.5]), server={wire.THETA: server_theta})
+    assert m[wire.ABANDONED] == abandoned
+
+
+@pytest.mark.parametrize(("resource", "abandoned"), [(0.4, 1), (0.39, 0)])
+def test_the_servers_resource_replaces_the_match_ratio(resource: float, abandoned: int) -> None:
+    # alpha = 1: score = R = the server's resource (not sqrt(0.01) = 0.1), theta 0.4
+    m, _ = _preempt(1.0, 0.4, 0.01, None, server={wire.RESOURCE: resource})
+    assert m[wire.ABANDONED] == abandoned
 
 
 def test_node_that_missed_the_aggregation_uses_its_last_known_value() -> None:
