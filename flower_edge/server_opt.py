@@ -1,0 +1,410 @@
+"""Server-side step rules for asynchronous aggregation of deltas: pure numpy over plain arrays.
+
+An asynchronous server receives local *deltas* ``D_i = x_i - x_base_i`` (a node's model minus
+the global model its job started from), weighted by ``w_i`` (in the edge strategy
+``w_i = c_i * g(dt_i)``, seed 001). This module turns a buffer of them into the server's
+*step* ``s`` and the step into a *direction* ``u`` applied as ``x <- x + lr * u``:
+
+* :func:`work_normalised_step` -- FedNova (Wang et al., "Tackling the Objective Inconsistency
+  Problem in Heterogeneous Federated Optimization", NeurIPS 2020): each delta is divided by
+  its local work ``tau_i`` (local steps), the normalised deltas are averaged with the weights
+  and scaled back by the weighted mean work ``tau_eff = sum w_i tau_i / sum w_i``:
+  ``s = tau_eff * sum_i w_i (D_i / tau_i) / sum_i w_i``. A node that trained many epochs of
+  its own (label-skewed) data then moves the model as much per unit of work as the others,
+  not in proportion to its work.
+* :class:`UpdateCache` -- CA2FL (Wang et al., "Tackling the Data Heterogeneity in Asynchronous
+  Federated Learning with Cached Update Calibration", ICLR 2024): the server keeps each node's
+  latest delta ``h_j``; the step is the cached mean plus the buffer's news,
+  ``s = h_bar + sum_i w_i (D_i - h_i) / sum_i w_i``, with ``h_bar`` the mean of the cache
+  *before* the buffer arrived (``h_j = 0`` for a node not heard from yet when the divisor is
+  the number of nodes, as in the paper), then ``h_i <- D_i``. Every node's latest direction
+  stays in every step, so a buffer of a few (fast, biased) nodes no longer decides the step.
+* :class:`ServerOptimizer` -- the step as a pseudo-gradient of a server optimizer (Reddi et
+  al., "Adaptive Federated Optimization", ICLR 2021): ``"sgd"`` (``u = s``), ``"momentum"``
+  (FedAvgM: ``m <- beta1 m + s``, ``u = m``), ``"adam"`` (FedAdam: ``m <- beta1 m +
+  (1 - beta1) s``, ``v <- beta2 v + (1 - beta2) s^2``, ``u = m / (sqrt(v) + tau)``, no bias
+  correction, as in the paper).
+* :func:`staleness_scale` -- a staleness-adaptive server learning rate: the mean over the
+  buffer of FedBuff's ``1 / sqrt(1 + tau_i)`` (``tau_i`` the versions published since update
+  i's base), which shrinks steps made of stale deltas.
+* :class:`StepSum` -- a :class:`~flower_edge.aggregation.WeightedSum` of per-update terms whose
+  ``mean`` (and leave-one-out ``mean_without``) are new global models ``x + lr * u(offset +
+  scale * mean)``; with it every rule above keeps seed 001's leave-one-out values: the global
+  model without update ``i`` is the same rule applied to the buffer without ``i``.
+
+Every function takes and returns lists of float64 arrays (one per model tensor); casting back
+to the model's dtypes is the caller's (``StepSum`` does it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any, Literal, get_args
+
+import numpy as np
+import numpy.typing as npt
+
+from flower_edge.aggregation import WeightedSum
+from flower_edge.errors import InputError
+
+__all__ = [
+    "CACHE_DIVISORS",
+    "OPTIMIZERS",
+    "CacheDivisor",
+    "OptimizerName",
+    "ServerOptimizer",
+    "StepSum",
+    "UpdateCache",
+    "staleness_scale",
+    "work_normalised_step",
+]
+
+Array = npt.NDArray[Any]
+Float64s = list[npt.NDArray[np.float64]]
+
+OptimizerName = Literal["sgd", "momentum", "adam"]
+OPTIMIZERS: tuple[str, ...] = get_args(OptimizerName)
+CacheDivisor = Literal["nodes", "seen"]
+CACHE_DIVISORS: tuple[str, ...] = get_args(CacheDivisor)
+
+
+def _f64(arrays: Sequence[Array]) -> Float64s:
+    return [np.asarray(a, dtype=np.float64) for a in arrays]
+
+
+def _check_weights(weights: Sequence[float], n: int, field: str = "weights") -> list[float]:
+    if len(weights) != n:
+        raise InputError(f"{field} must have one entry per update ({n}), got {len(weights)}")
+    out = [float(w) for w in weights]
+    for i, w in enumerate(out):
+        if not (math.isfinite(w) and w >= 0):
+            raise InputError(f"{field}[{i}] must be finite and >= 0, got {w!r}")
+    if not math.fsum(out) > 0:
+        raise InputError(f"{field} must not all be 0")
+    return out
+
+
+def _weighted_mean(arrays: Sequence[Sequence[Array]], weights: Sequence[float]) -> Float64s:
+    total = math.fsum(weights)
+    out = [np.zeros(np.shape(a), dtype=np.float64) for a in arrays[0]]
+    for terms, w in zip(arrays, weights, strict=True):
+        if w == 0:
+            continue
+        for acc, a in zip(out, terms, strict=True):
+            acc += (w / total) * np.asarray(a, dtype=np.float64)
+    return out
+
+
+def work_normalised_step(
+    deltas: Sequence[Sequence[Array]], weights: Sequence[float], work: Sequence[float]
+) -> tuple[Float64s, float]:
+    """Return FedNova's step ``tau_eff * sum w_i (D_i / tau_i) / sum w_i`` and ``tau_eff``.
+
+    Parameters
+    ----------
+    deltas : sequence of array lists
+        ``D_i``, one list of arrays per update.
+    weights : sequence of float
+        ``w_i >= 0``, not all 0.
+    work : sequence of float
+        ``tau_i > 0``: the local work of update i (local steps, or samples; only the ratios
+        of the ``tau_i`` to ``tau_eff`` matter).
+
+    Raises
+    ------
+    InputError
+        Lengths that differ, a negative or non-finite weight, all weights 0, or a
+        ``tau_i <= 0``.
+    """
+    if not deltas:
+        raise InputError("deltas must hold at least one update")
+    w = _check_weights(weights, len(deltas))
+    if len(work) != len(deltas):
+        raise InputError(f"work must have one entry per update ({len(deltas)}), got {len(work)}")
+    taus = [float(t) for t in work]
+    for i, t in enumerate(taus):
+        if not (math.isfinite(t) and t > 0):
+            raise InputError(f"work[{i}] must be finite and > 0, got {t!r}")
+    tau_eff = math.fsum(wi * ti for wi, ti in zip(w, taus, strict=True)) / math.fsum(w)
+    normalised = [
+        [np.asarray(a, dtype=np.float64) / t for a in d] for d, t in zip(deltas, taus, strict=True)
+    ]
+    step = [tau_eff * s for s in _weighted_mean(normalised, w)]
+    return step, tau_eff
+
+
+def staleness_scale(staleness: Sequence[int]) -> float:
+    """Return ``mean_i 1 / sqrt(1 + tau_i)`` over the buffer (FedBuff's staleness weight).
+
+    Raises
+    ------
+    InputError
+        An empty buffer or a negative staleness.
+    """
+    if not staleness:
+        raise InputError("staleness must hold at least one update")
+    for i, tau in enumerate(staleness):
+        if tau < 0:
+            raise InputError(f"staleness[{i}] must be >= 0, got {tau!r}")
+    return math.fsum(1.0 / math.sqrt(1.0 + t) for t in staleness) / len(staleness)
+
+
+class UpdateCache:
+    """CA2FL's cache of each node's latest delta and its calibrated step.
+
+    Parameters
+    ----------
+    num_nodes : int
+        Nodes of the federation, ``>= 1``; with ``divisor="nodes"`` the cached mean is over
+        this many nodes (the paper: a node not heard from counts as a zero delta).
+    divisor : {"nodes", "seen"} (default: "nodes")
+        Divide the sum of the cached deltas by the number of nodes or by the number of
+        nodes in the cache.
+    """
+
+    def __init__(self, num_nodes: int, divisor: CacheDivisor = "nodes") -> None:
+        if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
+            raise InputError(f"num_nodes must be an integer >= 1, got {num_nodes!r}")
+        if divisor not in CACHE_DIVISORS:
+            raise InputError(f"divisor must be one of {', '.join(CACHE_DIVISORS)}, got {divisor!r}")
+        self.num_nodes = num_nodes
+        self.divisor: CacheDivisor = divisor
+        self._cache: dict[int, Float64s] = {}
+        self._sum: Float64s | None = None
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self._cache
+
+    def get(self, node_id: int) -> Float64s | None:
+        """Return the cached delta of ``node_id`` (``None`` if not cached)."""
+        return self._cache.get(node_id)
+
+    def mean(self, like: Sequence[Array]) -> Float64s:
+        """Return ``h_bar``: the cached sum over the divisor (zeros shaped ``like`` if empty)."""
+        if self._sum is None or not self._cache:
+            return [np.zeros(np.shape(a), dtype=np.float64) for a in like]
+        n = len(self._cache) if self.divisor == "seen" else max(self.num_nodes, len(self._cache))
+        return [s / n for s in self._sum]
+
+    def calibrated_step(
+        self,
+        deltas: Sequence[Sequence[Array]],
+        weights: Sequence[float],
+        node_ids: Sequence[int],
+    ) -> Float64s:
+        """Return ``h_bar + sum_i w_i (D_i - h_i) / sum_i w_i`` (the cache is not changed).
+
+        ``h_i`` is node i's cached delta (zero if none). Call :meth:`store` afterwards.
+
+        Raises
+        ------
+        InputError
+            Lengths that differ, bad weights (see :func:`work_normalised_step`).
+        """
+        if not deltas:
+            raise InputError("deltas must hold at least one update")
+        w = _check_weights(weights, len(deltas))
+        if len(node_ids) != len(deltas):
+            raise InputError(
+                f"node_ids must have one entry per update ({len(deltas)}), got {len(node_ids)}"
+            )
+        news = []
+        for d, node in zip(deltas, node_ids, strict=True):
+            cached = self._cache.get(node)
+            d64 = _f64(d)
+            news.append(
+                d64 if cached is None else [a - h for a, h in zip(d64, cached, strict=True)]
+            )
+        step = _weighted_mean(news, w)
+        return [h + s for h, s in zip(self.mean(deltas[0]), step, strict=True)]
+
+    def store(self, node_id: int, delta: Sequence[Array]) -> None:
+        """Make ``delta`` the cached delta of ``node_id`` (replacing its previous one)."""
+        d64 = [a.copy() for a in _f64(delta)]
+        if self._sum is None:
+            self._sum = [np.zeros_like(a) for a in d64]
+        old = self._cache.get(node_id)
+        for i, a in enumerate(d64):
+            self._sum[i] += a if old is None else a - old[i]
+        self._cache[node_id] = d64
+
+    def state(self) -> dict[int, Float64s]:
+        """Return the cache (node id -> delta) for a checkpoint."""
+        return dict(self._cache)
+
+    def load(self, state: Mapping[int, Sequence[Array]]) -> None:
+        """Replace the cache by ``state`` (from :meth:`state`); the sum is recomputed."""
+        self._cache = {}
+        self._sum = None
+        for node_id in sorted(state):
+            self.store(int(node_id), state[node_id])
+
+
+class ServerOptimizer:
+    """A server optimizer on the aggregated pseudo-gradient (Reddi et al., ICLR 2021).
+
+    Parameters
+    ----------
+    kind : {"sgd", "momentum", "adam"} (default: "sgd")
+        ``"sgd"``: the direction is the step; ``"momentum"``: FedAvgM, ``m <- beta1 m + s``;
+        ``"adam"``: FedAdam, ``u = m / (sqrt(v) + tau)`` (no bias correction).
+    beta1 : float (default: 0.9)
+        Momentum, in ``[0, 1)``.
+    beta2 : float (default: 0.99)
+        Second-moment decay of ``"adam"``, in ``[0, 1)``.
+    tau : float (default: 1e-3)
+        Adaptivity of ``"adam"`` (``> 0``).
+    """
+
+    def __init__(
+        self,
+        kind: OptimizerName = "sgd",
+        *,
+        beta1: float = 0.9,
+        beta2: float = 0.99,
+        tau: float = 1e-3,
+    ) -> None:
+        if kind not in OPTIMIZERS:
+            raise InputError(f"kind must be one of {', '.join(OPTIMIZERS)}, got {kind!r}")
+        for name, value in (("beta1", beta1), ("beta2", beta2)):
+            if not (math.isfinite(value) and 0.0 <= value < 1.0):
+                raise InputError(f"{name} must be in [0, 1), got {value!r}")
+        if not (math.isfinite(tau) and tau > 0):
+            raise InputError(f"tau must be finite and > 0, got {tau!r}")
+        self.kind: OptimizerName = kind
+        self.beta1 = float(beta1)
+        self.beta2 = float(beta2)
+        self.tau = float(tau)
+        self.m: Float64s | None = None
+        self.v: Float64s | None = None
+
+    def _moments(self, step: Float64s) -> tuple[Float64s, Float64s | None]:
+        m0 = self.m if self.m is not None else [np.zeros_like(s) for s in step]
+        if self.kind == "momentum":
+            return [self.beta1 * m + s for m, s in zip(m0, step, strict=True)], None
+        m = [self.beta1 * m + (1.0 - self.beta1) * s for m, s in zip(m0, step, strict=True)]
+        v0 = self.v if self.v is not None else [np.zeros_like(s) for s in step]
+        v = [self.beta2 * v + (1.0 - self.beta2) * s * s for v, s in zip(v0, step, strict=True)]
+        return m, v
+
+    def _direction(self, m: Float64s, v: Float64s | None) -> Float64s:
+        if v is None:
+            return m
+        return [mi / (np.sqrt(vi) + self.tau) for mi, vi in zip(m, v, strict=True)]
+
+    def peek(self, step: Sequence[Array]) -> Float64s:
+        """Return the direction for ``step`` without changing the optimizer's state."""
+        s = _f64(step)
+        if self.kind == "sgd":
+            return s
+        return self._direction(*self._moments(s))
+
+    def apply(self, step: Sequence[Array]) -> Float64s:
+        """Return the direction for ``step`` and advance the state (one server step)."""
+        s = _f64(step)
+        if self.kind == "sgd":
+            return s
+        self.m, self.v = self._moments(s)
+        return self._direction(self.m, self.v)
+
+    def state(self) -> dict[str, Float64s]:
+        """Return the moments (``"m"``, ``"v"`` when set) for a checkpoint."""
+        out: dict[str, Float64s] = {}
+        if self.m is not None:
+            out["m"] = list(self.m)
+        if self.v is not None:
+            out["v"] = list(self.v)
+        return out
+
+    def load(self, state: Mapping[str, Sequence[Array]]) -> None:
+        """Restore the moments from :meth:`state`."""
+        self.m = _f64(state["m"]) if "m" in state else None
+        self.v = _f64(state["v"]) if "v" in state else None
+
+
+def _cast_like(values: npt.NDArray[np.float64], ref: Array) -> Array:
+    if ref.dtype.kind != "f":
+        values = np.rint(values)
+    return values.astype(ref.dtype, copy=False)
+
+
+class StepSum(WeightedSum):
+    """A weighted sum of per-update terms whose means are new global models.
+
+    ``mean()`` is ``x + lr * direction_fn(offset + scale * sum_i w_i t_i / sum_i w_i)``, and
+    ``mean_without(i)`` the same without term i: the leave-one-out global model of seed 001
+    under any of this module's rules (``t_i`` the delta, or ``D_i / tau_i`` for FedNova, or
+    ``D_i - h_i`` for CA2FL with ``offset = h_bar``; ``direction_fn`` e.g.
+    :meth:`ServerOptimizer.peek`). ``update(i)`` is the global model that update i alone
+    would give.
+
+    Parameters
+    ----------
+    global_arrays : sequence of arrays
+        ``x``, the current global model (its dtypes are those of the results).
+    lr : float
+        Server learning rate, ``> 0``.
+    offset : list of float64 arrays, optional
+        Added to the mean before ``direction_fn`` (default: zeros).
+    scale : float (default: 1.0)
+        Multiplies the mean.
+    direction_fn : callable, optional
+        Maps the step to the direction (default: identity). It must not change any state:
+        it is called once per leave-one-out model.
+    """
+
+    def __init__(
+        self,
+        global_arrays: Sequence[Array],
+        lr: float,
+        *,
+        offset: Float64s | None = None,
+        scale: float = 1.0,
+        direction_fn: Callable[[Float64s], Float64s] | None = None,
+    ) -> None:
+        if not (math.isfinite(lr) and lr > 0):
+            raise InputError(f"lr must be finite and > 0, got {lr!r}")
+        if not math.isfinite(scale):
+            raise InputError(f"scale must be finite, got {scale!r}")
+        super().__init__(global_arrays)
+        self._global = [np.asarray(a) for a in global_arrays]
+        self._lr = float(lr)
+        self._offset = offset
+        self._scale = float(scale)
+        self._direction_fn = direction_fn
+
+    def step_of(self, mean: Sequence[Array]) -> Float64s:
+        """Return ``offset + scale * mean`` (the step before the optimizer)."""
+        step = [self._scale * np.asarray(a, dtype=np.float64) for a in mean]
+        if self._offset is not None:
+            step = [s + o for s, o in zip(step, self._offset, strict=True)]
+        return step
+
+    def finish(self, mean: Sequence[Array]) -> list[Array]:
+        """Return ``x + lr * direction_fn(step_of(mean))`` cast to the model's dtypes."""
+        step = self.step_of(mean)
+        direction = step if self._direction_fn is None else self._direction_fn(step)
+        return [
+            _cast_like(x.astype(np.float64) + self._lr * d, x)
+            for x, d in zip(self._global, direction, strict=True)
+        ]
+
+    def raw_mean(self) -> list[Array]:
+        """Return ``sum_i w_i t_i / sum_i w_i`` itself (float64 for float terms)."""
+        return [np.asarray(a, dtype=np.float64) for a in super().mean()]
+
+    def mean(self) -> list[Array]:
+        """Return the new global model ``x + lr * u(offset + scale * mean)``."""
+        return self.finish(self.raw_mean())
+
+    def mean_without(self, key: Hashable) -> list[Array]:
+        """Return the new global model without term ``key`` (leave-one-out)."""
+        return self.finish(super().mean_without(key))
+
+    def update(self, key: Hashable) -> Sequence[Array]:
+        """Return the global model that term ``key`` alone would give."""
+        return self.finish(super().update(key))
