@@ -33,12 +33,13 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Hashable, Iterator, Sequence
-from numbers import Real
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from flower_edge import validate
+from flower_edge.arrays import NDArray, cast_like
 from flower_edge.errors import InputError
 
 __all__ = [
@@ -49,7 +50,8 @@ __all__ = [
     "weighted_average",
 ]
 
-Array = npt.NDArray[Any]
+Array = NDArray
+"""The package's array alias (:data:`flower_edge.arrays.NDArray`), kept under its old name."""
 
 CANCELLATION_GUARD: float = 1e-6
 """``mean_without(i)`` re-sums the others when ``W - w_i <= CANCELLATION_GUARD * W``."""
@@ -146,19 +148,7 @@ def _check_reference(reference: Sequence[Array]) -> list[Array]:
 
 
 def _check_weight(weight: float, name: str = "weight") -> float:
-    if isinstance(weight, bool) or not isinstance(weight, Real):
-        raise InputError(f"{name} must be a finite number > 0, got {weight!r}")
-    value = float(weight)
-    if not math.isfinite(value) or value <= 0.0:
-        raise InputError(f"{name} must be finite and > 0, got {value!r}")
-    return value
-
-
-def _cast_like(values: npt.NDArray[np.float64], ref: Array) -> Array:
-    """Cast a float64 average back to the reference dtype (non-floats rounded half to even)."""
-    if ref.dtype.kind != "f":
-        values = np.rint(values)
-    return values.astype(ref.dtype, copy=False)
+    return validate.number(name, weight, low=0.0, low_inclusive=False, error=InputError)
 
 
 class WeightedSum:
@@ -354,7 +344,7 @@ class WeightedSum:
             for other, weight in relative.items():
                 _axpy(acc, weight, self._updates[other][index], self._scratch)
             acc /= denominator
-            out.append(_cast_like(acc, ref))
+            out.append(cast_like(acc, ref))
         return out
 
 
@@ -458,5 +448,5 @@ def weighted_average(updates: Sequence[Sequence[Array]], weights: Sequence[float
     for index, ref in enumerate(reference):
         stacked = np.stack([np.asarray(u[index], dtype=np.float64) for u in updates])
         summed = np.tensordot(relative, stacked, axes=1) / total
-        out.append(_cast_like(np.asarray(summed, dtype=np.float64), ref))
+        out.append(cast_like(np.asarray(summed, dtype=np.float64), ref))
     return out

@@ -224,7 +224,7 @@ def test_add_rejects_bad_updates_and_weights_and_keeps_the_sum() -> None:
     with pytest.raises(InputError, match=r"duplicate update key 'a'"):
         total.add("a", [np.ones(2, np.float32)], 1.0)
     for weight in (0.0, -1.0, float("nan"), float("inf")):
-        with pytest.raises(InputError, match=r"weight must be finite and > 0"):
+        with pytest.raises(InputError, match=r"weight must be (a finite number )?> 0, got"):
             total.add("b", [np.ones(2, np.float32)], weight)
     with pytest.raises(InputError, match=r"weight must be a finite number > 0, got True"):
         total.add("b", [np.ones(2, np.float32)], True)
@@ -254,7 +254,7 @@ def test_bad_reference_and_brute_force_inputs() -> None:
         weighted_average([], [])
     with pytest.raises(InputError, match=r"got 1 updates but 2 weights"):
         weighted_average([[np.zeros(1)]], [1.0, 1.0])
-    with pytest.raises(InputError, match=r"weights\[1\] must be finite and > 0, got -1\.0"):
+    with pytest.raises(InputError, match=r"weights\[1\] must be > 0, got -1\.0"):
         weighted_average([[np.zeros(1)], [np.zeros(1)]], [1.0, -1.0])
     with pytest.raises(InputError, match=r"updates\[1\] rejected: array 0 has shape \(2,\)"):
         weighted_average([[np.zeros(1)], [np.zeros(2)]], [1.0, 1.0])
