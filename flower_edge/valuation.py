@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from numbers import Real
 
 import numpy as np
 import numpy.typing as npt
 
+from flower_edge import validate
 from flower_edge.aggregation import Array, WeightedSum
 from flower_edge.errors import InputError
 
@@ -41,14 +41,8 @@ __all__ = [
 
 
 def _finite_vector(values: Sequence[float], name: str) -> npt.NDArray[np.float64]:
-    out = np.empty(len(values), dtype=np.float64)
-    for index, value in enumerate(values):
-        if isinstance(value, bool) or not isinstance(value, Real):
-            raise InputError(f"{name}[{index}] must be a real number, got {value!r}")
-        if not math.isfinite(value):
-            raise InputError(f"{name}[{index}] must be finite, got {value!r}")
-        out[index] = float(value)
-    return out
+    checked = [validate.number(f"{name}[{i}]", v, error=InputError) for i, v in enumerate(values)]
+    return np.asarray(checked, dtype=np.float64).reshape(len(checked))
 
 
 def values_from_contributions(contributions: Sequence[float]) -> npt.NDArray[np.float64]:

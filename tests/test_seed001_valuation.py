@@ -44,9 +44,9 @@ def test_value_rule(contributions: list[float], expected: list[float]) -> None:
     ("contributions", "match"),
     [
         ([], r"contributions must hold at least one participant, got 0"),
-        ([0.1, math.nan], r"contributions\[1\] must be finite, got nan"),
-        ([math.inf], r"contributions\[0\] must be finite, got inf"),
-        ([0.1, "a"], r"contributions\[1\] must be a real number, got 'a'"),
+        ([0.1, math.nan], r"contributions\[1\] must be a finite number, got nan"),
+        ([math.inf], r"contributions\[0\] must be a finite number, got inf"),
+        ([0.1, "a"], r"contributions\[1\] must be a finite number, got 'a'"),
     ],
 )
 def test_value_rule_rejects_bad_contributions(contributions: list[float], match: str) -> None:
@@ -64,9 +64,9 @@ def test_leave_one_out_values_accuracy_and_loss() -> None:
 
 
 def test_leave_one_out_values_rejects_bad_metrics() -> None:
-    with pytest.raises(InputError, match=r"metric_full\[0\] must be finite, got nan"):
+    with pytest.raises(InputError, match=r"metric_full\[0\] must be a finite number, got nan"):
         leave_one_out_values(math.nan, [0.1])
-    with pytest.raises(InputError, match=r"metrics_without\[2\] must be finite"):
+    with pytest.raises(InputError, match=r"metrics_without\[2\] must be a finite number"):
         leave_one_out_values(0.5, [0.1, 0.2, math.inf])
     with pytest.raises(InputError, match=r"metrics_without must hold at least one participant"):
         leave_one_out_values(0.5, [])
