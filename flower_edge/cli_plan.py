@@ -29,21 +29,27 @@ Observations FILE and time models
     node with ``m = 1``) and ``b0 = 0``. A node with ``m = 0`` and no observations gets no
     samples.
 
+The radar plot (``--plot``) belongs to the upper layer (``simulations.plots.plot_radar``,
+matplotlib); this module finds it through the entry-point group :data:`PLOTS_GROUP`, so
+``plan`` works without it, and ``--plot`` without it is bad input.
+
 Exit codes: 0 success, 2 bad input (unreadable or malformed file, duplicate ids, unknown
 model, a factory that raises, an input shape that does not fit, F < 0, capacities that cannot
-hold F).
+hold F, ``--plot`` where the radar plot or matplotlib is not installed).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from importlib.metadata import entry_points
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from flower_edge.errors import InputError
 
@@ -57,6 +63,8 @@ if TYPE_CHECKING:
     from flower_edge.operators import ModelProfile
 
 __all__ = [
+    "PLOTS_GROUP",
+    "RadarPlotter",
     "add_parser",
     "build_plan",
     "load_model",
@@ -67,6 +75,11 @@ __all__ = [
     "run_analyze",
     "run_plan",
 ]
+
+#: entry-point group of the plots that core commands use; ``radar`` draws ``plan --plot``
+PLOTS_GROUP = "flower_edge.plots"
+#: ``plot(evaluations, compute_share, labels, path) -> path`` (``simulations.plots.plot_radar``)
+RadarPlotter = Callable[[Any, float, Sequence[str], str], Path]
 
 _RESOURCES = ("cpu", "gpu", "memory", "disk")
 
@@ -601,6 +614,39 @@ def format_plan(doc: Mapping[str, Any], other: Allocation, max_rows: int) -> str
     return "\n".join(lines)
 
 
+def _importable(module: str) -> bool:
+    """Whether ``module`` can be found, without importing it."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing, or blocked in sys.modules
+        return False
+
+
+def radar_plotter() -> RadarPlotter:
+    """Return the installed radar plot (entry point ``radar`` of :data:`PLOTS_GROUP`).
+
+    Raises
+    ------
+    InputError
+        Naming ``--plot``: no radar plot installed, or it (or matplotlib) cannot be imported.
+    """
+    found = list(entry_points(group=PLOTS_GROUP, name="radar"))
+    if not found:
+        raise InputError(
+            f"--plot needs the radar plot of the simulations package (entry point 'radar' of "
+            f"{PLOTS_GROUP!r}), which is not installed here; run plan without --plot"
+        )
+    if not _importable("matplotlib"):
+        raise InputError("--plot needs matplotlib, which is not installed here")
+    try:
+        return cast(RadarPlotter, found[0].load())
+    except ImportError as exc:
+        raise InputError(
+            f"--plot: cannot import the radar plot {found[0].value!r} ({exc}); "
+            "run plan without --plot"
+        ) from None
+
+
 def run_plan(args: argparse.Namespace) -> int:
     """Run ``flower-edge plan``; return the exit code."""
     total = _int_option(args.total_samples, "--total-samples")
@@ -614,6 +660,7 @@ def run_plan(args: argparse.Namespace) -> int:
         if args.observations
         else {}
     )
+    plot = radar_plotter() if args.plot else None
     if args.plot:
         folder = Path(args.plot).parent
         if not folder.is_dir():
@@ -630,10 +677,8 @@ def run_plan(args: argparse.Namespace) -> int:
         order_invariant=args.order_invariant,
         seconds_per_sample=k0,
     )
-    if args.plot:
-        from flower_edge.radar import plot_radar
-
-        plot_radar(evaluations, share, ids, args.plot)
+    if plot is not None:
+        plot(evaluations, share, ids, args.plot)
     if args.json:
         sys.stdout.write(json.dumps(doc) + "\n")
         return 0

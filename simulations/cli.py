@@ -220,8 +220,9 @@ def _write_outputs(
 def _plot_radar(settings: SimSettings, path: Path) -> Path:
     import numpy as np
 
-    from flower_edge.radar import AXES, plot_radar
+    from flower_edge.radar import AXES
     from simulations.app import compute_share, devices_for
+    from simulations.plots import plot_radar
     from simulations.probe import VirtualProbe
 
     devices = devices_for(settings.scenario, settings.seed)

@@ -5,19 +5,27 @@
 - :func:`plot_timeline`: one row per client: training slices, abandoned work, wasted work,
   offline stretches; idle is the empty background.
 
-The radar chart of the nodes is drawn by :func:`flower_edge.radar.plot_radar`.
+- :func:`plot_radar`: every node's polygon on the distorted radar chart of seed 000
+  (:mod:`flower_edge.radar`); ``flower-edge plan --plot`` finds it through the entry point
+  ``radar`` of the group ``flower_edge.plots``.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from flower_edge.errors import InputError
+from flower_edge.radar import match_ratios, radar_chart
 from simulations.report import RunResult, SpanKind, TimelineSpan
 
-__all__ = ["SPAN_COLOURS", "plot_accuracy", "plot_timeline"]
+__all__ = ["SPAN_COLOURS", "plot_accuracy", "plot_radar", "plot_timeline"]
 
 #: colour of each timeline span kind
 SPAN_COLOURS: dict[SpanKind, str] = {
@@ -131,3 +139,143 @@ def plot_timeline(
     finally:
         plt.close(fig)
     return Path(path)
+
+
+def plot_radar(
+    evaluations: ArrayLike,
+    compute_share: float,
+    labels: Sequence[str],
+    path: str | Path,
+) -> Path:
+    """Draw every node's polygon on the distorted radar chart and save it as a PNG.
+
+    Up to 12 nodes each get a colour and a legend entry with its match ratio; beyond that,
+    polygons are coloured by match ratio on a colour bar, the best and worst nodes labelled.
+
+    Parameters
+    ----------
+    evaluations : array-like, shape (n_nodes, 4)
+        Resource evaluations, columns in :data:`flower_edge.radar.AXES` order.
+    compute_share : float
+        ``p_c`` in ``[0, 1]``.
+    labels : sequence of str
+        One label (node id) per node.
+    path : str or pathlib.Path
+        Output file (PNG); its folder must exist.
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
+
+    Raises
+    ------
+    InputError
+        Bad evaluations or share, or a label count that differs from the node count.
+    """
+    from matplotlib.colors import Normalize
+
+    plt = _pyplot()
+    chart = radar_chart(evaluations, compute_share)
+    ratios = match_ratios(evaluations, compute_share)
+    n = chart.scores.shape[0]
+    if len(labels) != n:
+        raise InputError(f"labels must have one entry per node ({n}), got {len(labels)}")
+    out = Path(path)
+    angles = np.asarray(chart.angles)
+    lengths = np.asarray(chart.lengths)
+    radii = chart.radii()
+
+    def ring(x: NDArray[np.float64], y: NDArray[np.float64]) -> tuple[list[float], list[float]]:
+        # closed outline; with two axes the polygon is the right triangle through the centre
+        px, py = list(map(float, x)), list(map(float, y))
+        if len(px) == 2:
+            px, py = [*px, 0.0], [*py, 0.0]
+        return [*px, px[0]], [*py, py[0]]
+
+    fig, ax = plt.subplots(figsize=(7.0, 7.0), dpi=110)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    # the chart: axes and the outer (distorted) polygon
+    pad = 0.12 * float(lengths.max())
+    for angle, length, name in zip(angles, lengths, chart.axes, strict=True):
+        x, y = length * math.cos(angle), length * math.sin(angle)
+        ax.plot([0, x], [0, y], color="0.55", lw=1.0)
+        ax.text(
+            (length + pad) * math.cos(angle),
+            (length + pad) * math.sin(angle),
+            f"{name}\nL={length:.2f}",
+            ha="center",
+            va="center",
+            fontsize=9,
+        )
+    ox, oy = lengths * np.cos(angles), lengths * np.sin(angles)
+    ax.fill(*ring(ox, oy), color="0.92", zorder=0)
+    ax.plot(*ring(ox, oy), color="0.4", lw=1.2, ls="--")
+    for frac in (0.25, 0.5, 0.75):
+        ax.plot(*ring(frac * ox, frac * oy), color="0.8", lw=0.5)
+
+    xs, ys = radii * np.cos(angles), radii * np.sin(angles)
+    if n <= 12:
+        cmap = plt.get_cmap("tab10" if n <= 10 else "tab20")
+        for d in range(n):
+            ax.plot(
+                *ring(xs[d], ys[d]),
+                color=cmap(d),
+                lw=1.6,
+                marker="o",
+                ms=3,
+                label=f"{labels[d]}  m={ratios[d]:.3f}",
+            )
+            ax.fill(*ring(xs[d], ys[d]), color=cmap(d), alpha=0.12)
+        ax.legend(
+            loc="upper center",
+            bbox_to_anchor=(0.5, 0.0),
+            ncol=min(3, n),
+            fontsize=8,
+            frameon=False,
+        )
+    else:
+        cmap = plt.get_cmap("viridis")
+        top = float(ratios.max()) or 1.0
+        order = np.argsort(ratios)  # best drawn last, on top
+        for d in order:
+            ax.plot(*ring(xs[d], ys[d]), color=cmap(ratios[d] / top), lw=0.8, alpha=0.7)
+        sm = plt.cm.ScalarMappable(cmap=cmap, norm=Normalize(0.0, top))
+        fig.colorbar(sm, ax=ax, shrink=0.6, pad=0.02, label="match ratio m")
+        best, worst = int(order[-1]), int(order[0])
+        ax.plot(
+            *ring(xs[best], ys[best]),
+            color="crimson",
+            lw=2.0,
+            label=f"best: {labels[best]} (m={ratios[best]:.3f})",
+        )
+        ax.plot(
+            *ring(xs[worst], ys[worst]),
+            color="black",
+            lw=1.4,
+            ls=":",
+            label=f"worst: {labels[worst]} (m={ratios[worst]:.3f})",
+        )
+        ax.legend(
+            loc="upper center",
+            bbox_to_anchor=(0.5, 0.0),
+            ncol=2,
+            fontsize=8,
+            frameon=False,
+        )
+    reach = lengths + 2.2 * pad  # room for the axis labels
+    ex, ey = reach * np.cos(angles), reach * np.sin(angles)
+    if len(angles) == 1:  # a single axis: a square frame around the centre
+        lim = float(reach.max())
+        ax.set_xlim(-lim, lim)
+        ax.set_ylim(-lim, lim)
+    else:
+        ax.set_xlim(min(float(ex.min()), -pad), max(float(ex.max()), pad))
+        ax.set_ylim(min(float(ey.min()), -pad), max(float(ey.max()), pad))
+    ax.set_title(
+        f"Distorted radar, {n} nodes  (p_c={chart.compute_share:.2f}, p_m={chart.memory_share:.2f})"
+    )
+    fig.savefig(out, format="png", bbox_inches="tight")
+    plt.close(fig)
+    return out

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,7 +12,6 @@ from flower_edge.errors import InputError
 from flower_edge.radar import (
     AXES,
     match_ratios,
-    plot_radar,
     polygon_area,
     radar_chart,
     standardise,
@@ -202,18 +200,3 @@ def test_only_zero_length_axes_scored_is_an_error() -> None:
     # p_c = 1 leaves only C and G, on which nobody scores
     with pytest.raises(InputError, match="no node scores above zero"):
         match_ratios([[0.0, 0.0, 1.0, 1.0]], 1.0)
-
-
-@pytest.mark.parametrize("n", [2, 50])
-def test_plot_radar_writes_png(tmp_path: Path, n: int) -> None:
-    rng = np.random.default_rng(n)
-    ev = rng.uniform(0.1, 5.0, size=(n, 4))
-    out = plot_radar(ev, 0.6, [f"node-{i}" for i in range(n)], tmp_path / "radar.png")
-    assert out == tmp_path / "radar.png"
-    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert out.stat().st_size > 10_000
-
-
-def test_plot_radar_label_count(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match=r"labels must have one entry per node \(2\), got 1"):
-        plot_radar(np.ones((2, 4)), 0.5, ["a"], tmp_path / "x.png")

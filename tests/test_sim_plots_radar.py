@@ -1,0 +1,90 @@
+"""The radar plot (``simulations.plots.plot_radar``) and ``flower-edge plan --plot`` without it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from importlib.metadata import EntryPoint
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flower_edge import cli_plan
+from flower_edge.cli import main
+from flower_edge.errors import InputError
+from simulations.plots import plot_radar
+
+NODES = [
+    {"id": "a", "resources": {"cpu": 10, "gpu": 0, "memory": 40, "disk": 5}},
+    {"id": "b", "resources": {"cpu": 20, "gpu": 80, "memory": 60, "disk": 10}},
+]
+
+
+@pytest.mark.parametrize("n", [2, 50])
+def test_plot_radar_writes_png(tmp_path: Path, n: int) -> None:
+    rng = np.random.default_rng(n)
+    ev = rng.uniform(0.1, 5.0, size=(n, 4))
+    out = plot_radar(ev, 0.6, [f"node-{i}" for i in range(n)], tmp_path / "radar.png")
+    assert out == tmp_path / "radar.png"
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert out.stat().st_size > 10_000
+
+
+def test_plot_radar_label_count(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"labels must have one entry per node \(2\), got 1"):
+        plot_radar(np.ones((2, 4)), 0.5, ["a"], tmp_path / "x.png")
+
+
+def test_plan_finds_the_radar_plot_through_its_entry_point() -> None:
+    assert cli_plan.radar_plotter() is plot_radar
+
+
+def _plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, Path]:
+    profiles = tmp_path / "p.json"
+    profiles.write_text(json.dumps({"nodes": NODES}))
+    png = tmp_path / "radar.png"
+    argv = ["plan", "--profiles", str(profiles), "--total-samples", "10"]
+    code = main([*argv, "--compute-share", "0.5", "--plot", str(png), "--json"])
+    return code, capsys.readouterr().err, png
+
+
+def test_plan_plot_without_the_plot_entry_point_is_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli_plan, "entry_points", lambda **_: [])
+    code, err, png = _plan(tmp_path, capsys)
+    assert code == 2
+    assert "flower-edge plan: error: --plot needs the radar plot" in err
+    assert not png.exists()
+
+
+def test_plan_plot_without_matplotlib_is_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    code, err, png = _plan(tmp_path, capsys)
+    assert code == 2
+    assert "--plot needs matplotlib" in err
+    assert not png.exists()
+
+
+def test_plan_plot_whose_module_cannot_be_imported_is_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broken = EntryPoint("radar", "no_such_module_h6.plots:plot_radar", cli_plan.PLOTS_GROUP)
+    monkeypatch.setattr(cli_plan, "entry_points", lambda **_: [broken])
+    code, err, _ = _plan(tmp_path, capsys)
+    assert code == 2
+    assert "--plot: cannot import the radar plot 'no_such_module_h6.plots:plot_radar'" in err
+
+
+def test_plan_without_plot_needs_no_radar_plot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli_plan, "entry_points", lambda **_: [])
+    profiles = tmp_path / "p.json"
+    profiles.write_text(json.dumps({"nodes": NODES}))
+    argv = ["plan", "--profiles", str(profiles), "--total-samples", "10"]
+    assert main([*argv, "--compute-share", "0.5", "--json"]) == 0
+    assert sum(n["samples"] for n in json.loads(capsys.readouterr().out)["nodes"]) == 10
