@@ -42,6 +42,7 @@ from typing import Any, Literal, get_args
 import numpy as np
 from numpy.typing import NDArray
 
+from flower_edge import validate
 from flower_edge.errors import InputError
 
 __all__ = [
@@ -81,10 +82,8 @@ class TimeModel:
     b: float
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.k) and self.k > 0):
-            raise InputError(f"TimeModel.k must be a finite number > 0, got {self.k}")
-        if not (math.isfinite(self.b) and self.b >= 0):
-            raise InputError(f"TimeModel.b must be a finite number >= 0, got {self.b}")
+        validate.number("TimeModel.k", self.k, low=0.0, low_inclusive=False, error=InputError)
+        validate.number("TimeModel.b", self.b, low=0.0, error=InputError)
 
     def predict(self, load: float) -> float:
         """Return the predicted seconds ``k * load + b`` of an iteration of ``load`` samples."""
@@ -115,18 +114,13 @@ class Allocation:
 
 # ---------------------------------------------------------------- validation helpers
 def _check_total(total: int) -> int:
-    if isinstance(total, bool) or not isinstance(total, int | np.integer) or total < 0:
-        raise InputError(f"total must be an integer >= 0, got {total!r}")
-    return int(total)
+    return validate.integer("total", total, low=0, error=InputError)
 
 
 def _check_counts(values: Sequence[int], field: str) -> list[int]:
-    out: list[int] = []
-    for i, v in enumerate(values):
-        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 0:
-            raise InputError(f"{field}[{i}] must be an integer >= 0, got {v!r}")
-        out.append(int(v))
-    return out
+    return [
+        validate.integer(f"{field}[{i}]", v, low=0, error=InputError) for i, v in enumerate(values)
+    ]
 
 
 def _check_capacities(capacities: Sequence[int | None] | None, n: int) -> list[float]:
@@ -137,12 +131,8 @@ def _check_capacities(capacities: Sequence[int | None] | None, n: int) -> list[f
         raise InputError(f"capacities must have one entry per node ({n}), got {len(capacities)}")
     out: list[float] = []
     for i, c in enumerate(capacities):
-        if c is None:
-            out.append(math.inf)
-        elif isinstance(c, bool) or not isinstance(c, int | np.integer) or c < 0:
-            raise InputError(f"capacities[{i}] must be an integer >= 0 or None, got {c!r}")
-        else:
-            out.append(float(c))
+        checked = validate.integer(f"capacities[{i}]", c, low=0, allow_none=True, error=InputError)
+        out.append(math.inf if checked is None else float(checked))
     return out
 
 
@@ -210,10 +200,13 @@ def initial_shares(
     n = len(ratios)
     if n == 0:
         raise InputError("ratios: the node list is empty; need at least 1 node")
-    m = np.asarray(ratios, dtype=np.float64)
-    for i, v in enumerate(m):
-        if not (math.isfinite(v) and v >= 0):
-            raise InputError(f"ratios[{i}] must be a finite number >= 0, got {ratios[i]}")
+    m = np.asarray(
+        [
+            validate.number(f"ratios[{i}]", v, low=0.0, error=InputError)
+            for i, v in enumerate(ratios)
+        ],
+        dtype=np.float64,
+    )
     cap = np.asarray(_check_capacities(capacities, n))
     if total == 0:
         return (0,) * n
@@ -297,8 +290,7 @@ def fit_time_model(
     InputError
         A malformed or negative observation, ``min_points < 2``, or no usable fit and no prior.
     """
-    if min_points < 2:
-        raise InputError(f"min_points must be >= 2, got {min_points}")
+    validate.integer("min_points", min_points, low=2, error=InputError)
     loads: list[float] = []
     secs: list[float] = []
     for i, obs in enumerate(observations):
@@ -527,8 +519,7 @@ def rebalance(
         Empty node list, mismatched lengths, an unknown method, a negative share, or a share
         above its node's capacity.
     """
-    if method not in METHODS:
-        raise InputError(f"method must be one of {METHODS}, got {method!r}")
+    validate.choice("method", method, METHODS, error=InputError)
     f = _check_counts(shares, "shares")
     if not f:
         raise InputError("shares: the node list is empty; need at least 1 node")

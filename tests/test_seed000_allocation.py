@@ -96,10 +96,10 @@ def test_initial_shares_large() -> None:
         ((-1, [1.0]), r"total must be an integer >= 0, got -1"),
         ((5, []), "node list is empty"),
         ((5, [1.0, float("nan")]), r"ratios\[1\] must be a finite number >= 0"),
-        ((5, [1.0, -0.5]), r"ratios\[1\] must be a finite number >= 0"),
+        ((5, [1.0, -0.5]), r"ratios\[1\] must be >= 0, got -0\.5"),
         ((5, [0.0, 0.0]), r"can hold 0 samples, fewer than total=5"),
         ((5, [1.0, 1.0], [2, 2]), r"can hold 4 samples, fewer than total=5"),
-        ((5, [1.0, 1.0], [2, -1]), r"capacities\[1\] must be an integer >= 0 or None"),
+        ((5, [1.0, 1.0], [2, -1]), r"capacities\[1\] must be an integer >= 0, got -1"),
         ((5, [1.0, 1.0], [2]), r"capacities must have one entry per node \(2\), got 1"),
     ],
 )
@@ -111,7 +111,7 @@ def test_initial_shares_bad_input(args: tuple[object, ...], match: str) -> None:
 # ---------------------------------------------------------------- formula 8
 def test_time_model_predicts_and_validates() -> None:
     assert TimeModel(0.5, 2.0).predict(10) == 7.0
-    with pytest.raises(InputError, match=r"TimeModel.k must be a finite number > 0, got 0"):
+    with pytest.raises(InputError, match=r"TimeModel.k must be > 0, got 0"):
         TimeModel(0.0, 1.0)
     with pytest.raises(InputError, match=r"TimeModel.b must be a finite number >= 0"):
         TimeModel(1.0, -1.0)
@@ -290,7 +290,7 @@ def test_optimal_equals_exhaustive_and_beats_seed(data: st.DataObject, n: int, t
         ),
         (
             {"shares": [1], "models": [TimeModel(1, 0)], "method": "greedy"},
-            r"method must be one of \('seed', 'optimal'\), got 'greedy'",
+            r"method must be one of seed, optimal, got 'greedy'",
         ),
     ],
 )
