@@ -113,7 +113,7 @@ def test_time_model_predicts_and_validates() -> None:
     assert TimeModel(0.5, 2.0).predict(10) == 7.0
     with pytest.raises(InputError, match=r"TimeModel.k must be > 0, got 0"):
         TimeModel(0.0, 1.0)
-    with pytest.raises(InputError, match=r"TimeModel.b must be a finite number >= 0"):
+    with pytest.raises(InputError, match=r"TimeModel.b must be >= 0, got -1"):
         TimeModel(1.0, -1.0)
 
 
