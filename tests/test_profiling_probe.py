@@ -34,7 +34,6 @@ HAS_CUDA = torch.cuda.is_available()
 # one tick reads no utilisation at all (0.0), which made the contract test flaky
 TINY = ProfilePlan(
     cpu_samples=(256, 128),
-    gpu_samples=(64, 32),
     memory_samples=(256, 128),
     memory_buffer_bytes=1 << 20,
     disk_samples=(64, 256),
@@ -43,6 +42,10 @@ TINY = ProfilePlan(
     disk_shard_samples=(4, 16),
     sample_interval=0.01,
     max_growth=1.0,
+    gpu_batches=(8, 4),
+    gpu_max_batches=(64, 16),
+    gpu_run_budget=0.05,
+    gpu_sizing_budget=0.05,
 )
 
 

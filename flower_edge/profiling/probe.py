@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from logging import WARNING, getLogger
+from logging import INFO, WARNING, getLogger
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, cast
 
@@ -57,12 +57,19 @@ from flower_edge.profiling.sampler import (
     CpuCounter,
     DiskCounter,
     MemoryCounter,
-    NvmlCounter,
     UtilizationSampler,
 )
+from flower_edge.profiling.sizing import (
+    SizingOutcome,
+    SizingPolicy,
+    SizingStep,
+    size_workload,
+    timed_capacity,
+)
+from flower_edge.profiling.window import NvmlWindow, UtilizationWindow
 
 if TYPE_CHECKING:
-    from flower_edge.profiling.workloads import Workload
+    from flower_edge.profiling.workloads import SizableWorkload, Workload
 
 __all__ = [
     "PLANS",
@@ -72,6 +79,7 @@ __all__ = [
     "ProfilePlan",
     "filesystem_type",
     "host_facts",
+    "measure_sized_workload",
     "measure_workload",
     "profile_host",
     "remove_tree",
@@ -98,8 +106,6 @@ class ProfilePlan:
     ----------
     cpu_samples : tuple[int, int]
         Capacities of ``cpu-dense`` and ``cpu-conv``.
-    gpu_samples : tuple[int, int]
-        Capacities of ``gpu-dense`` and ``gpu-conv``.
     memory_samples : tuple[int, int]
         Capacities of ``memory-copy`` and ``memory-gather`` (12 KiB samples).
     memory_buffer_bytes : int
@@ -118,10 +124,20 @@ class ProfilePlan:
     max_growth : float (default: 16.0)
         Largest factor by which a fast device's capacities grow towards half ``run_budget``
         (see :func:`measure_workload`); 1 keeps the plan's capacities as the ceiling.
+    gpu_batches : tuple[int, int] (default: (256, 128))
+        First batch (work per step) of ``gpu-dense`` and ``gpu-conv``; the sizing grows it
+        (:func:`measure_sized_workload`).
+    gpu_max_batches : tuple[int, int] (default: (65536, 16384))
+        Largest batch of ``gpu-dense`` and ``gpu-conv`` (a memory ceiling; running out of
+        device memory earlier also stops the growth).
+    gpu_run_budget : float (default: 0.25)
+        Seconds one timed gpu run should take; a step of the chosen batch takes at most an
+        eighth of it.
+    gpu_sizing_budget : float (default: 0.35)
+        Seconds the sizing of one gpu workload may take; each size runs for an eighth of it.
     """
 
     cpu_samples: tuple[int, int]
-    gpu_samples: tuple[int, int]
     memory_samples: tuple[int, int]
     memory_buffer_bytes: int
     disk_samples: tuple[int, int]
@@ -130,9 +146,13 @@ class ProfilePlan:
     disk_shard_samples: tuple[int, int] = (16, 256)
     sample_interval: float = 0.02
     max_growth: float = 16.0
+    gpu_batches: tuple[int, int] = (256, 128)
+    gpu_max_batches: tuple[int, int] = (1 << 16, 1 << 14)
+    gpu_run_budget: float = 0.25
+    gpu_sizing_budget: float = 0.35
 
     def __post_init__(self) -> None:
-        for name in ("cpu_samples", "gpu_samples", "memory_samples", "disk_samples"):
+        for name in ("cpu_samples", "memory_samples", "disk_samples", "gpu_batches"):
             values = getattr(self, name)
             if len(values) != 2 or any(int(v) < 1 for v in values):
                 raise ConfigError(f"{name} must be two integers >= 1, got {values!r}")
@@ -146,27 +166,49 @@ class ProfilePlan:
             raise ConfigError("run_budget and sample_interval must be > 0 seconds")
         if not 1.0 <= self.max_growth <= 1024.0:
             raise ConfigError(f"max_growth must be in [1, 1024], got {self.max_growth}")
+        if len(self.gpu_max_batches) != 2 or any(
+            int(m) < int(b) for m, b in zip(self.gpu_max_batches, self.gpu_batches, strict=True)
+        ):
+            raise ConfigError(
+                f"gpu_max_batches must be two integers >= gpu_batches {self.gpu_batches!r}, "
+                f"got {self.gpu_max_batches!r}"
+            )
+        if not self.gpu_run_budget > 0 or not self.gpu_sizing_budget > 0:
+            raise ConfigError("gpu_run_budget and gpu_sizing_budget must be > 0 seconds")
+
+    def gpu_policy(self, index: int) -> SizingPolicy:
+        """Return the sizing policy of gpu workload ``index`` (0 dense, 1 conv)."""
+        return SizingPolicy(
+            start=int(self.gpu_batches[index]),
+            max_work=int(self.gpu_max_batches[index]),
+            step_budget=self.gpu_run_budget / 8,
+            total_budget=self.gpu_sizing_budget,
+        )
 
 
 #: the sizes of each mode (quick: a client's first contact, <= 3 s; full: <= 15 s on 2 cores)
 PLANS: dict[str, ProfilePlan] = {
     "quick": ProfilePlan(
         cpu_samples=(1024, 256),
-        gpu_samples=(65536, 16384),
         memory_samples=(16384, 16384),
         memory_buffer_bytes=64 << 20,
         disk_samples=(512, 2048),
         repeats=1,
         run_budget=0.15,
+        gpu_max_batches=(1 << 16, 1 << 14),
+        gpu_run_budget=0.25,
+        gpu_sizing_budget=0.35,
     ),
     "full": ProfilePlan(
         cpu_samples=(4096, 1024),
-        gpu_samples=(262144, 65536),
         memory_samples=(65536, 65536),
         memory_buffer_bytes=128 << 20,
         disk_samples=(2048, 8192),
         repeats=3,
         run_budget=0.4,
+        gpu_max_batches=(1 << 18, 1 << 16),
+        gpu_run_budget=0.75,
+        gpu_sizing_budget=1.5,
     ),
 }
 
@@ -299,6 +341,115 @@ def _median_run(runs: list[tuple[int, float]]) -> tuple[int, float]:
     return done, max(seconds, 1e-9)
 
 
+#: most steps of work one sizing run may queue (its deadline ends it long before)
+_SIZING_STEPS: Final = 1 << 20
+
+
+def measure_sized_workload(
+    workload: SizableWorkload,
+    policy: SizingPolicy,
+    window: UtilizationWindow,
+    repeats: int = 1,
+    *,
+    run_budget: float,
+    probe_seconds: float,
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[WorkloadResult, SizingOutcome]:
+    """Size a workload's batch to load its device, then time it (issue 12).
+
+    1. Sizing (:func:`~.sizing.size_workload`): at each batch of the policy's geometric
+       ladder, resize, warm up one step (untimed: kernel selection, allocator), then run
+       until ``probe_seconds`` have passed, with ``window`` open over that run only. Running
+       out of device memory at a batch above the first ends the growth.
+    2. Timed runs at the chosen batch (the highest rate): capacity
+       :func:`~.sizing.timed_capacity` (whole steps filling ``run_budget``), ``repeats`` runs,
+       each cut after its step in progress past ``2 * run_budget``, repeats stopped once they
+       took ``1.5 * run_budget * repeats``; ``window`` is opened after the warm-up and closed
+       right after the last timed run, so that ``U`` covers the timed window only.
+
+    Parameters
+    ----------
+    workload : SizableWorkload
+        The workload; prepared at ``policy.start`` and closed here.
+    policy : SizingPolicy
+        Ladder and budgets of the sizing.
+    window : UtilizationWindow
+        Utilisation of the workload's resource (:class:`~.window.NvmlWindow` on a GPU).
+    repeats : int (default: 1)
+        Timed runs; the median counts.
+    run_budget : float
+        Seconds one timed run should take, ``> 0``.
+    probe_seconds : float
+        Seconds each sizing run lasts, ``> 0``.
+    clock : Callable[[], float] (default: time.perf_counter)
+        The clock of the deadlines the workload honours (tests pass a fake one).
+
+    Returns
+    -------
+    tuple[WorkloadResult, SizingOutcome]
+        The timed result (``U`` 0 when the window knew nothing, logged) and the sizing.
+    """
+    if repeats < 1:
+        raise ConfigError(f"repeats must be >= 1, got {repeats}")
+    if not run_budget > 0 or not probe_seconds > 0:
+        raise ConfigError("run_budget and probe_seconds must be > 0 seconds")
+
+    def measure(work: int) -> SizingStep:
+        began = clock()
+        try:
+            workload.resize(work)
+            workload.run(work)  # warm-up: one step at this size, untimed
+            overhead = clock() - began
+            window.begin()
+            start = clock()
+            done = workload.run(work * _SIZING_STEPS, start + probe_seconds)
+            seconds = clock() - start
+            utilization = window.end()
+        except MemoryError as exc:
+            if work == policy.start:
+                raise
+            logger.log(INFO, "%s: batch %s does not fit (%s)", workload.name, work, exc)
+            return SizingStep(work, 0, 0.0, None, clock() - began)
+        return SizingStep(work, done, seconds, utilization, overhead)
+
+    workload.prepare(policy.start)
+    try:
+        outcome = size_workload(policy, measure)
+        chosen = outcome.chosen
+        workload.resize(chosen.work)
+        workload.run(chosen.work)  # warm-up after a larger size was tried
+        samples = timed_capacity(chosen, run_budget)
+        total_limit = _TOTAL_LIMIT * run_budget * repeats
+        runs: list[tuple[int, float]] = []
+        window.begin()
+        began = clock()
+        for _ in range(repeats):
+            start = clock()
+            done = workload.run(samples, start + _HARD_LIMIT * run_budget)
+            runs.append((done, clock() - start))
+            if clock() - began > total_limit:
+                break
+        utilization = window.end()
+    finally:
+        workload.close()
+    if utilization is None:
+        logger.log(WARNING, "%s: no utilisation reading in the timed window", workload.name)
+        utilization = 0.0
+    done, seconds = _median_run(runs)
+    result = WorkloadResult.measured(workload.name, done, seconds, utilization)
+    logger.log(
+        INFO,
+        "%s: batch %s (%s after %s sizes), %.4g samples/s, utilisation %.2f",
+        workload.name,
+        chosen.work,
+        outcome.reason,
+        len(outcome.steps),
+        result.intensity,
+        utilization,
+    )
+    return result, outcome
+
+
 def remove_tree(path: str | Path) -> None:
     """Remove a folder tree so that Ctrl-C or SIGTERM cannot cut the removal short.
 
@@ -417,6 +568,8 @@ class HostProbe:
         self.repeats = repeats
         self.progress = progress
         self.plans = PLANS if plans is None else plans
+        #: the gpu workloads' sizing of the last profile, by workload name
+        self.sizing: dict[str, SizingOutcome] = {}
 
     def _tell(self, label: str, done: int, total: int) -> None:
         if self.progress is not None:
@@ -515,7 +668,13 @@ class HostProbe:
                 run(conv, plan.cpu_samples[1], CpuCounter(), conv.batch),
             ]
         )
-        out["gpu"] = self._gpu(plan, gpu, run)
+
+        def tell(label: str) -> None:
+            nonlocal step
+            self._tell(label, step, total)
+            step += 1
+
+        out["gpu"] = self._gpu(plan, gpu, repeats, tell)
         buffer = self._memory_buffer(plan)
         self._tell("memory-peak", step, total)
         counter = MemoryCounter(peak_copy_bandwidth(buffer, repeats=2))
@@ -564,26 +723,42 @@ class HostProbe:
         available = int(psutil.virtual_memory().available)
         return max(1 << 20, min(plan.memory_buffer_bytes, available // 8))
 
-    @staticmethod
     def _gpu(
-        plan: ProfilePlan,
-        gpu: GpuInfo,
-        run: Callable[[Workload, int, Counter, int], WorkloadResult],
+        self, plan: ProfilePlan, gpu: GpuInfo, repeats: int, tell: Callable[[str], None]
     ) -> ResourceReport:
+        self.sizing = {}
         if not gpu.available:
             return ResourceReport.absent(gpu.reason or "no GPU")
-        from flower_edge.profiling.workloads import ConvWorkload, DenseWorkload
-
-        device = f"cuda:{gpu.device_index}"
-        dense, conv = DenseWorkload(device, batch=256), ConvWorkload(device, batch=128)
+        results = []
         try:
-            results = [
-                run(dense, plan.gpu_samples[0], NvmlCounter(gpu.handle), dense.batch),
-                run(conv, plan.gpu_samples[1], NvmlCounter(gpu.handle), conv.batch),
-            ]
+            for index, workload in enumerate(_gpu_workloads(gpu, plan)):
+                tell(workload.name)
+                result, outcome = measure_sized_workload(
+                    workload,
+                    plan.gpu_policy(index),
+                    _gpu_window(gpu),
+                    repeats,
+                    run_budget=plan.gpu_run_budget,
+                    probe_seconds=plan.gpu_sizing_budget / 8,
+                )
+                self.sizing[result.name] = outcome
+                results.append(result)
         except Exception as exc:  # CUDA out of memory, launch failures, a CPU-only torch
             return ResourceReport.absent(f"gpu workload failed: {exc}"[:256])
         return ResourceReport.from_workloads(results)
+
+
+def _gpu_workloads(gpu: GpuInfo, plan: ProfilePlan) -> list[SizableWorkload]:
+    """Return ``gpu-dense`` and ``gpu-conv`` on the GPU, at the plan's first batches."""
+    from flower_edge.profiling.workloads import ConvWorkload, DenseWorkload
+
+    device = f"cuda:{gpu.device_index}"
+    return [DenseWorkload(device, plan.gpu_batches[0]), ConvWorkload(device, plan.gpu_batches[1])]
+
+
+def _gpu_window(gpu: GpuInfo) -> UtilizationWindow:
+    """Return the GPU's utilisation window (NVML's timestamped samples)."""
+    return NvmlWindow(gpu.handle)
 
 
 def profile_host(

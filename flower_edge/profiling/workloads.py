@@ -10,8 +10,8 @@ workload           resource  what one sample costs
 =================  ========  ==========================================================
 ``cpu-dense``      cpu       forward + backward + SGD step of a 784-512-512-10 MLP, batch 64
 ``cpu-conv``       cpu       forward + backward + SGD step of a 2-conv net on 3x32x32, batch 64
-``gpu-dense``      gpu       as ``cpu-dense`` on CUDA, batch 256
-``gpu-conv``       gpu       as ``cpu-conv`` on CUDA, batch 128
+``gpu-dense``      gpu       as ``cpu-dense`` on CUDA, bf16 autocast, batch sized to the card
+``gpu-conv``       gpu       as ``cpu-conv`` on CUDA (channels-last), batch sized likewise
 ``memory-copy``    memory    NCHW -> NHWC strided copy of a 3x32x32 float32 sample (12 KiB)
 ``memory-gather``  memory    gather of a 3x32x32 float32 sample in a fixed shuffled order
 ``disk-small``     disk      a 3x32x32 uint8 sample in 48 KiB shards: write, fsync, read back
@@ -21,7 +21,10 @@ workload           resource  what one sample costs
 The memory buffers are far beyond the last-level cache (the probe sizes them from the
 available memory); the disk shards are dropped from the page cache after ``fsync``
 (``posix_fadvise(DONTNEED)`` where the platform has it), so that reading them back goes to the
-device. Tests use small sample counts; the probe's plan sets the real ones.
+device. Tests use small sample counts; the probe's plan sets the real ones. The gpu workloads
+start at batch 256 (dense) and 128 (conv) and the probe grows the batch until the card is
+loaded (:mod:`flower_edge.profiling.sizing`): a sample costs the same FLOPs at any batch size,
+so ``E`` stays a rate in samples per second comparable with the CPU's.
 """
 
 from __future__ import annotations
@@ -31,8 +34,9 @@ import math
 import os
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Final, Literal, Protocol, get_args
 
 if TYPE_CHECKING:
     import torch
@@ -43,6 +47,9 @@ __all__ = [
     "IMAGE_SHAPE",
     "MEMORY_SAMPLE_BYTES",
     "DISK_SAMPLE_BYTES",
+    "PRECISIONS",
+    "Precision",
+    "SizableWorkload",
     "ConvWorkload",
     "DenseWorkload",
     "GatherWorkload",
@@ -83,15 +90,19 @@ class Workload(Protocol):
         ...
 
 
+class SizableWorkload(Workload, Protocol):
+    """A workload whose work per step (its batch) can change between runs (:mod:`.sizing`)."""
+
+    batch: int
+
+    def resize(self, batch: int) -> None:
+        """Make each step ``batch`` samples; raise :class:`MemoryError` when it does not fit."""
+        ...
+
+
 def _check_samples(samples: int) -> None:
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
-
-
-def _past(deadline: float, device: torch.device) -> bool:
-    """Whether the deadline passed; on CUDA, after waiting for the queued kernels."""
-    _sync(device)
-    return time.perf_counter() > deadline
 
 
 def _sync(device: torch.device) -> None:
@@ -101,24 +112,73 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+#: on CUDA, aim for this many seconds of queued work between two host syncs of a timed run
+_SYNC_SECONDS: Final = 0.02
+#: most training steps queued between two host syncs
+_MAX_STEPS_PER_SYNC: Final = 1024
+
+Precision = Literal["auto", "fp32"]
+#: allowed ``precision`` values of the training workloads
+PRECISIONS: Final[tuple[str, ...]] = get_args(Precision)
+
+
+@contextlib.contextmanager
+def _precision(device: torch.device, precision: str) -> Iterator[None]:
+    """On CUDA with ``"auto"``: bf16 autocast where supported, TF32 for fp32 matmuls/convs.
+
+    The global TF32 flags are restored on exit, so that a client's own training is unchanged.
+    On the CPU, and with ``"fp32"``, nothing changes.
+    """
+    import torch
+
+    if device.type != "cuda" or precision == "fp32":
+        yield
+        return
+    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    try:
+        bf16 = torch.cuda.is_bf16_supported()
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = matmul
+        torch.backends.cudnn.allow_tf32 = cudnn
+
+
+def _is_out_of_memory(exc: BaseException) -> bool:
+    import torch
+
+    oom = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+    return isinstance(exc, oom)
+
+
 class _TrainWorkload(ABC):
     """Training steps of a small model over repeated synthetic batches.
 
     Subclasses set ``kind`` and build the model; the workload is named ``<resource>-<kind>``,
-    the resource being ``gpu`` on a CUDA device and ``cpu`` otherwise.
+    the resource being ``gpu`` on a CUDA device and ``cpu`` otherwise. The batch is the work
+    per step: :meth:`resize` changes it between runs (see :mod:`.sizing`). On CUDA a timed run
+    syncs with the device only every ~20 ms of queued work (so that the host keeps the queue
+    full and the deadline is still honoured), and ``precision="auto"`` trains in bf16
+    autocast (TF32 where bf16 is missing), as a training job on that device would. Running out
+    of device memory raises :class:`MemoryError` (the cached blocks are released first).
     """
 
     kind = "train"
 
-    def __init__(self, device: str = "cpu", batch: int = 64) -> None:
-        if batch < 1:
-            raise ValueError(f"batch must be >= 1, got {batch}")
+    def __init__(self, device: str = "cpu", batch: int = 64, precision: Precision = "auto") -> None:
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
         self.resource = "gpu" if device.startswith("cuda") else "cpu"
         self.name = f"{self.resource}-{self.kind}"
         self.device_name = device
         self.batch = batch
+        self.precision = precision
         self._model: torch.nn.Module | None = None
         self._opt: torch.optim.Optimizer | None = None
+        self._shape: tuple[int, ...] = ()
         self._x: torch.Tensor | None = None
         self._y: torch.Tensor | None = None
 
@@ -127,32 +187,87 @@ class _TrainWorkload(ABC):
         """Return the model and the shape of one sample."""
 
     def prepare(self, samples: int) -> None:
-        """Build the model and one synthetic batch on the device."""
+        """Build the model and one synthetic batch of ``min(batch, samples)`` on the device."""
         import torch
 
         _check_samples(samples)
         device = torch.device(self.device_name)
-        gen = torch.Generator().manual_seed(0)
         with torch.random.fork_rng(devices=[]):  # leave the caller's global RNG untouched
             torch.manual_seed(0)
-            model, shape = self._build()
-        self._model = model.to(device)
+            model, self._shape = self._build()
+        model = model.to(device)
+        if device.type == "cuda" and len(self._shape) == 3:
+            model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+        self._model = model
         self._opt = torch.optim.SGD(self._model.parameters(), lr=1e-3)
-        batch = min(self.batch, samples)
-        self._x = torch.randn((batch, *shape), generator=gen).to(device)
-        self._y = torch.randint(0, 10, (batch,), generator=gen).to(device)
+        self._make_batch(min(self.batch, samples))
+
+    def _make_batch(self, batch: int) -> None:
+        import torch
+
+        device = torch.device(self.device_name)
+        self._x = self._y = None  # free the old batch before allocating the new one
+        gen = torch.Generator(device=device).manual_seed(0)
+        x = torch.randn((batch, *self._shape), generator=gen, device=device)
+        if device.type == "cuda" and len(self._shape) == 3:
+            x = x.contiguous(memory_format=torch.channels_last)
+        self._x = x
+        self._y = torch.randint(0, 10, (batch,), generator=gen, device=device)
+
+    def resize(self, batch: int) -> None:
+        """Make the synthetic batch ``batch`` samples (the model is kept).
+
+        Raises
+        ------
+        MemoryError
+            When the device has no room for the batch.
+        """
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
+        if self._model is None:
+            raise RuntimeError(f"{self.name}: prepare() before resize()")
+        try:
+            self._make_batch(batch)
+        except Exception as exc:
+            self._raise_if_out_of_memory(exc)
+            raise
+        self.batch = batch
+
+    def _raise_if_out_of_memory(self, exc: Exception) -> None:
+        if not _is_out_of_memory(exc):
+            return
+        import torch
+
+        self._x = self._y = None
+        if self._opt is not None:
+            self._opt.zero_grad(set_to_none=True)
+        torch.cuda.empty_cache()
+        raise MemoryError(f"{self.name}: out of device memory at batch {self.batch}") from exc
 
     def run(self, samples: int, deadline: float | None = None) -> int:
         """Run forward, backward and an SGD step over ``samples`` samples; return the count."""
-        import torch
-
         _check_samples(samples)
         if self._model is None or self._opt is None or self._x is None or self._y is None:
             raise RuntimeError(f"{self.name}: prepare() before run()")
+        try:
+            with _precision(self._x.device, self.precision):
+                return self._steps(samples, deadline)
+        except Exception as exc:
+            self._raise_if_out_of_memory(exc)
+            raise
+
+    def _steps(self, samples: int, deadline: float | None) -> int:
+        import torch
+
+        assert self._model is not None
+        assert self._opt is not None
+        assert self._x is not None
+        assert self._y is not None
         loss_fn = torch.nn.functional.cross_entropy
-        # on CUDA a deadline check waits for the queue; do it every 8 steps only
-        every = 8 if self._x.device.type == "cuda" else 1
-        done = steps = 0
+        device = self._x.device
+        cuda = device.type == "cuda"
+        every, since, mark = 1, 0, time.perf_counter()
+        done = 0
         while done < samples:
             n = min(self._x.shape[0], samples - done)
             self._opt.zero_grad(set_to_none=True)
@@ -160,12 +275,18 @@ class _TrainWorkload(ABC):
             loss.backward()  # type: ignore[no-untyped-call]
             self._opt.step()
             done += n
-            steps += 1
-            if deadline is None or done >= samples or steps % every:
+            since += 1
+            if deadline is None or done >= samples or since < every:
                 continue
-            if _past(deadline, self._x.device):
+            _sync(device)  # on CUDA: wait for the queued steps, then read the clock
+            now = time.perf_counter()
+            if cuda:  # queue ~_SYNC_SECONDS of steps before the next sync
+                rate = since / max(now - mark, 1e-9)
+                every = max(1, min(_MAX_STEPS_PER_SYNC, int(rate * _SYNC_SECONDS)))
+            since, mark = 0, now
+            if now > deadline:
                 break
-        _sync(self._x.device)
+        _sync(device)
         return done
 
     def close(self) -> None:
