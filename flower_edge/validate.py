@@ -24,11 +24,12 @@ accepted as a number (``True`` is an ``int`` in Python). numpy scalars are accep
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from numbers import Integral, Real
-from typing import Literal, overload
+from typing import Any, Literal, overload
 
 import numpy as np
+import numpy.typing as npt
 
 from flower_edge.errors import ConfigError, InputError
 
@@ -38,6 +39,7 @@ __all__ = [
     "describe_range",
     "integer",
     "number",
+    "numbers",
     "probability",
     "text",
 ]
@@ -186,6 +188,74 @@ def number(
     if not _inside(out, low, high, low_inclusive, high_inclusive):
         raise error(f"{name} must be {bounds}, got {value!r}")
     return out
+
+
+def numbers(
+    name: str,
+    values: object,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_inclusive: bool = True,
+    high_inclusive: bool = True,
+    columns: Sequence[str] | None = None,
+    error: type[InputError] = ConfigError,
+) -> npt.NDArray[np.float64]:
+    """Check an array of numbers at once and return it as a float64 array.
+
+    The first bad entry (in C order) is reported exactly as :func:`number` reports a scalar,
+    under the name ``{name}[i]`` (``{name}[i][j]`` for a matrix, ``{name}[i]['col']`` with
+    ``columns``). The check is vectorised for numeric arrays.
+
+    Parameters
+    ----------
+    name : str
+        The field as the user knows it (``"resources"``).
+    values : array_like
+        The numbers; ``bool`` entries and strings are rejected.
+    low, high : float, optional
+        Bounds of the allowed range; ``None`` (default) is unbounded on that side.
+    low_inclusive, high_inclusive : bool (default: True)
+        Whether each bound itself is allowed.
+    columns : sequence of str, optional
+        Names of the last axis, printed with ``repr`` in the messages.
+    error : type of InputError (default: ConfigError)
+        The exception class to raise.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``values`` as float64, same shape.
+    """
+    bounds: dict[str, Any] = {
+        "low": low,
+        "high": high,
+        "low_inclusive": low_inclusive,
+        "high_inclusive": high_inclusive,
+        "error": error,
+    }
+    raw = np.asarray(values)
+    if raw.dtype.kind not in "fiu":  # name the entry that is a bool, a string, None, ...
+        entries = np.asarray(values, dtype=object)
+        for index in np.ndindex(entries.shape):
+            number(_entry_name(name, index, columns), entries[index], **bounds)
+    arr = raw.astype(np.float64)
+    ok = np.isfinite(arr)
+    if low is not None:
+        ok &= arr >= low if low_inclusive else arr > low
+    if high is not None:
+        ok &= arr <= high if high_inclusive else arr < high
+    if not np.all(ok):
+        index = tuple(int(i) for i in np.argwhere(~ok)[0])
+        number(_entry_name(name, index, columns), float(arr[index]), **bounds)
+    return arr
+
+
+def _entry_name(name: str, index: tuple[int, ...], columns: Sequence[str] | None) -> str:
+    parts = [f"[{i}]" for i in index]
+    if columns is not None and index:
+        parts[-1] = f"[{columns[index[-1]]!r}]"
+    return name + "".join(parts)
 
 
 @overload

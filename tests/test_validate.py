@@ -16,6 +16,7 @@ from flower_edge.validate import (
     describe_range,
     integer,
     number,
+    numbers,
     probability,
     text,
 )
@@ -193,3 +194,35 @@ def test_cast_like(ref_dtype: Any, values: list[float], expected: list[Any]) -> 
 def test_cast_like_does_not_copy_matching_float() -> None:
     values = np.ones(3)
     assert cast_like(values, np.zeros(3)) is values
+
+
+def test_numbers_names_the_first_bad_entry_like_number() -> None:
+    ok = numbers("r", [0.0, 0.5, 1.0], low=0.0, high=1.0)
+    assert ok.dtype == np.float64
+    assert ok.tolist() == [0.0, 0.5, 1.0]
+    cases: list[tuple[Any, str]] = [
+        ([0.5, 1.5, -1.0], "r[1] must be in [0, 1], got 1.5"),
+        ([0.1, math.nan], "r[1] must be a finite number in [0, 1], got nan"),
+        ([0.5, "a"], "r[1] must be a finite number in [0, 1], got 'a'"),
+        ([0.5, None], "r[1] must be a finite number in [0, 1], got None"),
+        ([True], "r[0] must be a finite number in [0, 1], got True"),
+    ]
+    for values, message in cases:
+        with pytest.raises(InputError) as info:
+            numbers("r", values, low=0.0, high=1.0, error=InputError)
+        assert str(info.value) == message
+
+
+def test_numbers_matrix_with_column_names_against_brute_force() -> None:
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        arr = rng.uniform(-0.2, 2.0, size=(3, 2))
+        bad = [(i, j) for i in range(3) for j in range(2) if not arr[i, j] > 0.0]
+        if not bad:
+            assert numbers("e", arr, low=0.0, low_inclusive=False).tolist() == arr.tolist()
+            continue
+        i, j = bad[0]
+        col = ("cpu", "gpu")[j]
+        with pytest.raises(ConfigError) as info:
+            numbers("e", arr, low=0.0, low_inclusive=False, columns=("cpu", "gpu"))
+        assert str(info.value) == f"e[{i}][{col!r}] must be > 0, got {float(arr[i, j])!r}"
