@@ -371,26 +371,26 @@ class StepSum(WeightedSum):
         if not math.isfinite(scale):
             raise InputError(f"scale must be finite, got {scale!r}")
         super().__init__(global_arrays)
-        self._global = [np.asarray(a) for a in global_arrays]
-        self._lr = float(lr)
-        self._offset = offset
-        self._scale = float(scale)
-        self._direction_fn = direction_fn
+        self._step_global = [np.asarray(a) for a in global_arrays]
+        self._step_lr = float(lr)
+        self._step_offset = offset
+        self._step_scale = float(scale)
+        self._step_direction_fn = direction_fn
 
     def step_of(self, mean: Sequence[Array]) -> Float64s:
         """Return ``offset + scale * mean`` (the step before the optimizer)."""
-        step = [self._scale * np.asarray(a, dtype=np.float64) for a in mean]
-        if self._offset is not None:
-            step = [s + o for s, o in zip(step, self._offset, strict=True)]
+        step = [self._step_scale * np.asarray(a, dtype=np.float64) for a in mean]
+        if self._step_offset is not None:
+            step = [s + o for s, o in zip(step, self._step_offset, strict=True)]
         return step
 
     def finish(self, mean: Sequence[Array]) -> list[Array]:
         """Return ``x + lr * direction_fn(step_of(mean))`` cast to the model's dtypes."""
         step = self.step_of(mean)
-        direction = step if self._direction_fn is None else self._direction_fn(step)
+        direction = step if self._step_direction_fn is None else self._step_direction_fn(step)
         return [
-            _cast_like(x.astype(np.float64) + self._lr * d, x)
-            for x, d in zip(self._global, direction, strict=True)
+            _cast_like(x.astype(np.float64) + self._step_lr * d, x)
+            for x, d in zip(self._step_global, direction, strict=True)
         ]
 
     def raw_mean(self) -> list[Array]:

@@ -263,7 +263,7 @@ def test_step_sum_leave_one_out_is_the_rule_without_the_update(kind: str) -> Non
     opt = ServerOptimizer(kind)  # type: ignore[arg-type]
     opt.apply(_model(rng))  # some momentum already
     terms = [_model(rng) for _ in range(4)]
-    weights = [0.5, 1.0, 1.5, 2.0]
+    weights = [0.5, 40.0, 1.5, 3e-3]  # weights above and below the sum's internal scaling
     offset = _model(rng)
     total = StepSum(x, 0.3, offset=offset, scale=2.5, direction_fn=opt.peek)
     for i, (t, w) in enumerate(zip(terms, weights, strict=True)):
