@@ -46,6 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from flower_edge import validate
 from flower_edge.errors import InputError
 
 __all__ = [
@@ -72,25 +73,11 @@ def _check_evaluations(evaluations: ArrayLike) -> NDArray[np.float64]:
         )
     if arr.shape[0] == 0:
         raise InputError("evaluations: the node list is empty; need at least 1 node")
-    if not np.all(np.isfinite(arr)):
-        bad = np.argwhere(~np.isfinite(arr))[0]
-        raise InputError(
-            f"evaluations[{bad[0]}][{AXES[bad[1]]!r}] must be a finite number >= 0, "
-            f"got {arr[bad[0], bad[1]]}"
-        )
-    if np.any(arr < 0):
-        bad = np.argwhere(arr < 0)[0]
-        raise InputError(
-            f"evaluations[{bad[0]}][{AXES[bad[1]]!r}] must be >= 0, got {arr[bad[0], bad[1]]}"
-        )
-    return arr
+    return validate.numbers("evaluations", arr, low=0.0, columns=AXES, error=InputError)
 
 
 def _check_share(compute_share: float) -> float:
-    p_c = float(compute_share)
-    if not (math.isfinite(p_c) and 0.0 <= p_c <= 1.0):
-        raise InputError(f"compute_share must be in [0, 1], got {compute_share}")
-    return p_c
+    return validate.probability("compute_share", compute_share, error=InputError)
 
 
 def standardise(evaluations: ArrayLike) -> NDArray[np.float64]:

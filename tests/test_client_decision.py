@@ -89,14 +89,14 @@ def test_node_that_missed_the_aggregation_uses_its_last_value() -> None:
 @pytest.mark.parametrize(
     ("args", "match"),
     [
-        ((-0.1, 0.5, 0.5, 0.5), r"alpha must be a number in \[0, 1\], got -0.1"),
-        ((1.5, 0.5, 0.5, 0.5), r"alpha must be a number in \[0, 1\]"),
-        ((0.5, -1.0, 0.5, 0.5), r"theta must be a number >= 0"),
-        ((0.5, float("nan"), 0.5, 0.5), r"theta must be a number >= 0"),
-        ((0.5, 0.5, 1.2, 0.5), r"resource must be a number in \[0, 1\], got 1.2"),
-        ((0.5, 0.5, 0.5, -0.01), r"value must be a number in \[0, 1\]"),
-        ((0.5, 0.5, float("nan"), 0.5), r"resource must be a number in \[0, 1\]"),
-        ((True, 0.5, 0.5, 0.5), r"alpha must be a number"),
+        ((-0.1, 0.5, 0.5, 0.5), r"alpha must be .*in \[0, 1\], got -0.1"),
+        ((1.5, 0.5, 0.5, 0.5), r"alpha must be .*in \[0, 1\]"),
+        ((0.5, -1.0, 0.5, 0.5), r"theta must be (a number )?>= 0"),
+        ((0.5, float("nan"), 0.5, 0.5), r"theta must be (a number )?>= 0"),
+        ((0.5, 0.5, 1.2, 0.5), r"resource must be .*in \[0, 1\], got 1.2"),
+        ((0.5, 0.5, 0.5, -0.01), r"value must be .*in \[0, 1\]"),
+        ((0.5, 0.5, float("nan"), 0.5), r"resource must be .*in \[0, 1\]"),
+        ((True, 0.5, 0.5, 0.5), r"alpha must be a finite number"),
     ],
 )
 def test_decide_rejects_out_of_range(args: tuple, match: str) -> None:
@@ -109,9 +109,9 @@ def test_node_value_rejects_bad_results() -> None:
         node_value(1, [1, 2], [0.5], None)
     with pytest.raises(InputError, match="must not repeat a node id"):
         node_value(1, [1, 1], [0.5, 0.5], None)
-    with pytest.raises(InputError, match=r"every entry of values must be a number in \[0, 1\]"):
+    with pytest.raises(InputError, match=r"every entry of values must be .*in \[0, 1\]"):
         node_value(1, [1], [1.5], None)
-    with pytest.raises(InputError, match=r"last known value must be a number in \[0, 1\]"):
+    with pytest.raises(InputError, match=r"last known value must be .*in \[0, 1\]"):
         node_value(1, [], [], 2.0)
 
 
@@ -123,7 +123,7 @@ def test_neutral_value_is_the_mean_of_the_latest_values() -> None:
     assert neutral_value([1.0]) == 1.0
     # K + 1 = 5 participants whose values sum to 1: 1 / (K + 1)
     assert neutral_value([0.1, 0.3, 0.2, 0.15, 0.25]) == pytest.approx(0.2)
-    with pytest.raises(InputError, match=r"every entry of values must be a number in \[0, 1\]"):
+    with pytest.raises(InputError, match=r"every entry of values must be .*in \[0, 1\]"):
         neutral_value([0.5, -0.1])
 
 
@@ -159,9 +159,9 @@ def test_linear_resource_of_a_scaled_copy_is_its_scale(
 def test_linear_resources_rejects_bad_ratios() -> None:
     with pytest.raises(InputError, match="node list is empty"):
         linear_resources([])
-    with pytest.raises(InputError, match=r"match_ratios\[1\] must be a number in \[0, 1\]"):
+    with pytest.raises(InputError, match=r"match_ratios\[1\] must be .*in \[0, 1\]"):
         linear_resources([0.2, 1.5])
-    with pytest.raises(InputError, match=r"match_ratios\[0\] must be a number in \[0, 1\]"):
+    with pytest.raises(InputError, match=r"match_ratios\[0\] must be .*in \[0, 1\]"):
         linear_resources([float("nan")])
 
 
@@ -228,10 +228,10 @@ def test_median_theta_lets_half_of_a_measured_population_abandon() -> None:
     [
         (([], []), "must be non-empty and of the same length, got 0 and 0"),
         (([0.5], [0.5, 0.5]), "same length, got 1 and 2"),
-        (([1.5], [0.5]), r"resources\[0\] must be a number in \[0, 1\], got 1.5"),
-        (([0.5], [-1.0]), r"values\[0\] must be a number in \[0, 1\]"),
-        (([0.5], [0.5], 2.0), r"alpha must be a number in \[0, 1\]"),
-        (([0.5], [0.5], 0.5, -0.1), r"quantile must be a number in \[0, 1\]"),
+        (([1.5], [0.5]), r"resources\[0\] must be .*in \[0, 1\], got 1.5"),
+        (([0.5], [-1.0]), r"values\[0\] must be .*in \[0, 1\]"),
+        (([0.5], [0.5], 2.0), r"alpha must be .*in \[0, 1\]"),
+        (([0.5], [0.5], 0.5, -0.1), r"quantile must be .*in \[0, 1\]"),
     ],
 )
 def test_derive_theta_rejects_bad_input(args: tuple, match: str) -> None:

@@ -192,7 +192,7 @@ def test_bad_evaluations(ev: object, match: str) -> None:
 
 @pytest.mark.parametrize("share", [-0.1, 1.5, float("nan")])
 def test_bad_compute_share(share: float) -> None:
-    with pytest.raises(InputError, match=r"compute_share must be in \[0, 1\]"):
+    with pytest.raises(InputError, match=r"compute_share must be .*in \[0, 1\]"):
         match_ratios(np.ones((2, 4)), share)
 
 
