@@ -46,6 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from flower_edge import validate
 from flower_edge.errors import InputError
 
 __all__ = [
@@ -96,9 +97,7 @@ class Decision:
 
 
 def _check_unit(name: str, x: float) -> float:
-    if isinstance(x, bool) or not isinstance(x, int | float) or not 0.0 <= x <= 1.0:
-        raise InputError(f"{name} must be a number in [0, 1], got {x!r}")
-    return float(x)
+    return validate.probability(name, x, error=InputError)
 
 
 def neutral_value(values: Sequence[float]) -> float:
@@ -201,9 +200,7 @@ def linear_resources(match_ratios: Sequence[float] | NDArray[np.float64]) -> NDA
     m = np.asarray(match_ratios, dtype=np.float64).reshape(-1)
     if m.size == 0:
         raise InputError("match_ratios: the node list is empty; need at least 1 node")
-    if not np.all((m >= 0) & (m <= 1)):  # also rejects NaN
-        bad = int(np.argwhere(~((m >= 0) & (m <= 1)))[0, 0])
-        raise InputError(f"match_ratios[{bad}] must be a number in [0, 1], got {float(m[bad])!r}")
+    m = validate.numbers("match_ratios", m, low=0.0, high=1.0, error=InputError)
     top = float(m.max())
     if top == 0.0:
         return np.ones_like(m)
@@ -255,10 +252,7 @@ def derive_theta(
             f"and {v.size}"
         )
     for name, arr in (("resources", r), ("values", v)):
-        ok = (arr >= 0) & (arr <= 1)
-        if not np.all(ok):
-            bad = int(np.argwhere(~ok)[0, 0])
-            raise InputError(f"{name}[{bad}] must be a number in [0, 1], got {float(arr[bad])!r}")
+        validate.numbers(name, arr, low=0.0, high=1.0, error=InputError)
     scores = a * r + (1.0 - a) * v
     return float(np.quantile(scores, q))
 
@@ -296,8 +290,7 @@ def decide(
     a = _check_unit("alpha", alpha)
     r = _check_unit("resource", resource)
     v = _check_unit("value", value)
-    if isinstance(theta, bool) or not isinstance(theta, int | float) or not theta >= 0.0:
-        raise InputError(f"theta must be a number >= 0 (inf allowed), got {theta!r}")
+    validate.number("theta", theta, low=0.0, finite=False, error=InputError)
     score = a * r + (1.0 - a) * v
     # guard the tie score == theta against rounding in the weighted mean (e.g. 0.5*0.2+0.5*0.4)
     abandon = score >= theta or math.isclose(score, theta, rel_tol=1e-12, abs_tol=1e-15)
