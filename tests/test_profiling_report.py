@@ -97,7 +97,7 @@ def test_formula_4_equals_brute_force_mean(cases: list[tuple[int, float, float]]
 @pytest.mark.parametrize(
     ("capacity", "seconds", "match"),
     [
-        (0, 1.0, r"capacity must be in \[1, "),
+        (0, 1.0, r"capacity must be an integer in \[1, "),
         (True, 1.0, "capacity must be an integer"),
         (10, 0.0, r"seconds must be in \(0, "),
         (10, -1.0, "seconds must be in"),
@@ -118,7 +118,7 @@ def test_formula_3_rejects_bad_input(capacity: Any, seconds: Any, match: str) ->
     ("kwargs", "match"),
     [
         ({"name": ""}, "workload name must be a non-empty string"),
-        ({"samples": 0}, r"samples must be in \[1, "),
+        ({"samples": 0}, r"samples must be an integer in \[1, "),
         ({"samples": 2.5}, "samples must be an integer"),
         ({"seconds": math.nan}, "seconds must be a finite number"),
         ({"utilization": 1.5}, r"utilization must be in \[0, 1\]"),
@@ -161,13 +161,13 @@ def test_profile_report_validates() -> None:
     good = report()
     with pytest.raises(InputError, match=r"resources must have exactly the keys \('cpu', 'gpu'"):
         ProfileReport(good.host, {"cpu": good.resources["cpu"]}, "full", 1.0)
-    with pytest.raises(InputError, match=r"mode must be one of \('quick', 'full'\)"):
+    with pytest.raises(InputError, match=r"mode must be one of quick, full, got"):
         ProfileReport(good.host, good.resources, "slow", 1.0)  # type: ignore[arg-type]
     with pytest.raises(InputError, match="elapsed_seconds must be a finite number"):
         ProfileReport(good.host, good.resources, "full", math.nan)
     with pytest.raises(InputError, match="host.load_average must be 3 numbers"):
         HostFacts(2, "x", 1, None, (1.0, 2.0))  # type: ignore[arg-type]
-    with pytest.raises(InputError, match=r"host.cores must be in \[1, 65536\]"):
+    with pytest.raises(InputError, match=r"host.cores must be an integer in \[1, 65536\]"):
         HostFacts(0, "x", 1, None, (1.0, 2.0, 3.0))
 
 
@@ -222,14 +222,14 @@ BAD_REPORTS = [
     ("[]", "report must be a JSON object, got list"),
     (_broken(("mode",), delete=True), "report is missing key.* mode"),
     (_broken(("extra",), 1), "report has unknown key.* extra"),
-    (_broken(("mode",), "slow"), r"mode must be one of \('quick', 'full'\)"),
+    (_broken(("mode",), "slow"), r"mode must be one of quick, full, got"),
     (_broken(("elapsed_seconds",), "1"), "elapsed_seconds must be a finite number"),
     (_broken(("elapsed_seconds",), 1e300), r"elapsed_seconds must be in \[0, 604800\]"),
     (_broken(("host", "cores"), "4"), "host.cores must be an integer"),
     (_broken(("host", "cores"), True), "host.cores must be an integer"),
     (_broken(("host", "gpu_name"), 3), "host.gpu_name must be a string"),
     (_broken(("host", "load_average"), [1, 2]), "host.load_average must be 3 numbers"),
-    (_broken(("host", "memory_bytes"), -1), r"host.memory_bytes must be in \[0, "),
+    (_broken(("host", "memory_bytes"), -1), r"host.memory_bytes must be an integer in \[0, "),
     (_broken(("resources", "gpu"), delete=True), "resources is missing key.* gpu"),
     (_broken(("resources", "tpu"), {}), "resources has unknown key.* tpu"),
     (_broken(("resources", "cpu", "available"), "yes"), "resources.cpu: available must be"),
@@ -240,7 +240,7 @@ BAD_REPORTS = [
     ),
     (
         _broken(("resources", "cpu", "workloads", 1, "samples"), -5),
-        r"resources.cpu.workloads\[1\]: workload 'b' samples must be in \[1, ",
+        r"resources.cpu.workloads\[1\]: workload 'b' samples must be an integer in \[1, ",
     ),
     (
         _broken(("resources", "cpu", "workloads", 0, "seconds"), delete=True),

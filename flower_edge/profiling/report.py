@@ -41,6 +41,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol, cast, get_args, runtime_checkable
 
+from flower_edge import validate
 from flower_edge.errors import InputError
 
 __all__ = [
@@ -132,26 +133,15 @@ def resource_evaluation(workloads: Sequence[WorkloadResult]) -> float:
 
 
 def _check_int(name: str, value: object, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InputError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
-    if not low <= value <= high:
-        raise InputError(f"{name} must be in [{low}, {high}], got {value}")
-    return value
+    return validate.integer(name, value, low=low, high=high, error=InputError)
 
 
 def _check_float(
     name: str, value: object, low: float, high: float, *, low_open: bool = False
 ) -> float:
-    bracket = "(" if low_open else "["
-    allowed = f"{bracket}{low:g}, {high:g}]"
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InputError(f"{name} must be a finite number in {allowed}, got {value!r}")
-    number = float(value)
-    if not math.isfinite(number):
-        raise InputError(f"{name} must be a finite number in {allowed}, got {number}")
-    if number < low or number > high or (low_open and number == low):
-        raise InputError(f"{name} must be in {allowed}, got {number}")
-    return number
+    return validate.number(
+        name, value, low=low, high=high, low_inclusive=not low_open, error=InputError
+    )
 
 
 def _check_text(name: str, value: object, *, empty: bool = True) -> str:
@@ -273,8 +263,7 @@ class ResourceReport:
     reason: str | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.available, bool):
-            raise InputError(f"available must be a boolean, got {self.available!r}")
+        validate.boolean("available", self.available, error=InputError)
         if isinstance(self.workloads, str | bytes) or not isinstance(self.workloads, Sequence):
             raise InputError(f"workloads must be a sequence, got {type(self.workloads).__name__}")
         workloads = tuple(self.workloads)
@@ -460,8 +449,7 @@ class ProfileReport:
             if not isinstance(self.resources[name], ResourceReport):
                 got = type(self.resources[name]).__name__
                 raise InputError(f"resources[{name!r}] must be a ResourceReport, got {got}")
-        if self.mode not in MODES:
-            raise InputError(f"mode must be one of {MODES}, got {self.mode!r}")
+        validate.choice("mode", self.mode, MODES, error=InputError)
         elapsed = _check_float("elapsed_seconds", self.elapsed_seconds, 0.0, MAX_SECONDS)
         object.__setattr__(self, "resources", {r: self.resources[r] for r in RESOURCES})
         object.__setattr__(self, "elapsed_seconds", elapsed)
@@ -491,9 +479,7 @@ class ProfileReport:
         host = HostFacts.from_dict(d["host"])
         raw = _mapping("resources", d["resources"], RESOURCES)
         resources = {r: ResourceReport.from_dict(raw[r], f"resources.{r}") for r in RESOURCES}
-        mode = d["mode"]
-        if not isinstance(mode, str) or mode not in MODES:
-            raise InputError(f"mode must be one of {MODES}, got {mode!r}")
+        mode = validate.choice("mode", d["mode"], MODES, error=InputError)
         return cls(host, resources, cast(Mode, mode), d["elapsed_seconds"])
 
     @classmethod
