@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 import psutil
 
+from flower_edge import validate
 from flower_edge.errors import ConfigError, InputError
 from flower_edge.profiling.gpu import GpuInfo, detect_gpu, nvml_shutdown
 from flower_edge.profiling.report import (
@@ -154,18 +155,15 @@ class ProfilePlan:
     def __post_init__(self) -> None:
         for name in ("cpu_samples", "memory_samples", "disk_samples", "gpu_batches"):
             values = getattr(self, name)
-            if len(values) != 2 or any(int(v) < 1 for v in values):
+            if len(values) != 2:
                 raise ConfigError(f"{name} must be two integers >= 1, got {values!r}")
-        if self.memory_buffer_bytes < 1 << 20:
-            raise ConfigError(
-                f"memory_buffer_bytes must be >= 1 MiB, got {self.memory_buffer_bytes}"
-            )
-        if not 1 <= self.repeats <= _MAX_REPEATS:
-            raise ConfigError(f"repeats must be in [1, {_MAX_REPEATS}], got {self.repeats}")
-        if not self.run_budget > 0 or not self.sample_interval > 0:
-            raise ConfigError("run_budget and sample_interval must be > 0 seconds")
-        if not 1.0 <= self.max_growth <= 1024.0:
-            raise ConfigError(f"max_growth must be in [1, 1024], got {self.max_growth}")
+            for i, value in enumerate(values):
+                validate.integer(f"{name}[{i}]", value, low=1)
+        validate.integer("memory_buffer_bytes", self.memory_buffer_bytes, low=1 << 20)
+        validate.integer("repeats", self.repeats, low=1, high=_MAX_REPEATS)
+        for name in ("run_budget", "sample_interval", "gpu_run_budget", "gpu_sizing_budget"):
+            validate.number(f"{name} (seconds)", getattr(self, name), low=0.0, low_inclusive=False)
+        validate.number("max_growth", self.max_growth, low=1.0, high=1024.0)
         if len(self.gpu_max_batches) != 2 or any(
             int(m) < int(b) for m, b in zip(self.gpu_max_batches, self.gpu_batches, strict=True)
         ):
@@ -173,8 +171,6 @@ class ProfilePlan:
                 f"gpu_max_batches must be two integers >= gpu_batches {self.gpu_batches!r}, "
                 f"got {self.gpu_max_batches!r}"
             )
-        if not self.gpu_run_budget > 0 or not self.gpu_sizing_budget > 0:
-            raise ConfigError("gpu_run_budget and gpu_sizing_budget must be > 0 seconds")
 
     def gpu_policy(self, index: int) -> SizingPolicy:
         """Return the sizing policy of gpu workload ``index`` (0 dense, 1 conv)."""
@@ -293,8 +289,7 @@ def measure_workload(
     WorkloadResult
         Samples, median seconds, utilisation and ``E`` (seed formula 3).
     """
-    if repeats < 1:
-        raise ConfigError(f"repeats must be >= 1, got {repeats}")
+    validate.integer("repeats", repeats, low=1)
     sampler = UtilizationSampler(counter, interval)
     workload.prepare(samples)
     floor = max(1, min(min_samples, samples))
@@ -389,10 +384,9 @@ def measure_sized_workload(
     tuple[WorkloadResult, SizingOutcome]
         The timed result (``U`` 0 when the window knew nothing, logged) and the sizing.
     """
-    if repeats < 1:
-        raise ConfigError(f"repeats must be >= 1, got {repeats}")
-    if not run_budget > 0 or not probe_seconds > 0:
-        raise ConfigError("run_budget and probe_seconds must be > 0 seconds")
+    validate.integer("repeats", repeats, low=1)
+    for name, seconds in (("run_budget", run_budget), ("probe_seconds", probe_seconds)):
+        validate.number(f"{name} (seconds)", seconds, low=0.0, low_inclusive=False)
 
     def measure(work: int) -> SizingStep:
         began = clock()
@@ -435,6 +429,7 @@ def measure_sized_workload(
     if utilization is None:
         logger.log(WARNING, "%s: no utilisation reading in the timed window", workload.name)
         utilization = 0.0
+    utilization = min(1.0, max(0.0, utilization))
     done, seconds = _median_run(runs)
     result = WorkloadResult.measured(workload.name, done, seconds, utilization)
     logger.log(
@@ -558,12 +553,7 @@ class HostProbe:
         *,
         plans: dict[str, ProfilePlan] | None = None,
     ) -> None:
-        if repeats is not None and (
-            isinstance(repeats, bool)
-            or not isinstance(repeats, int)
-            or not 1 <= repeats <= _MAX_REPEATS
-        ):
-            raise ConfigError(f"repeats must be an integer in [1, {_MAX_REPEATS}], got {repeats!r}")
+        validate.integer("repeats", repeats, low=1, high=_MAX_REPEATS, allow_none=True)
         self.disk_dir = _check_disk_dir(disk_dir)
         self.repeats = repeats
         self.progress = progress
@@ -599,8 +589,7 @@ class HostProbe:
         KeyboardInterrupt
             Passed on after the temporary folder is removed.
         """
-        if mode not in MODES:
-            raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
+        validate.choice("mode", mode, MODES)
         plan = self.plans[mode]
         repeats = self.repeats or plan.repeats
         facts = host_facts()  # load average before any workload
