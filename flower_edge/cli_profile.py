@@ -22,7 +22,8 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
-from flower_edge.errors import ConfigError, InputError
+from flower_edge import validate
+from flower_edge.errors import InputError
 
 if TYPE_CHECKING:
     from flower_edge.profiling.report import Mode, ProfileReport
@@ -68,14 +69,10 @@ def _repeats(text: str | None) -> int | None:
     if text is None:
         return None
     try:
-        value = int(text)
+        value: object = int(text)
     except ValueError:
-        raise ConfigError(
-            f"--repeats must be an integer in [1, {_MAX_REPEATS}], got {text!r}"
-        ) from None
-    if not 1 <= value <= _MAX_REPEATS:
-        raise ConfigError(f"--repeats must be in [1, {_MAX_REPEATS}], got {value}")
-    return value
+        value = text
+    return validate.integer("--repeats", value, low=1, high=_MAX_REPEATS)
 
 
 def _disk_dir(text: str | None) -> Path | None:

@@ -327,7 +327,7 @@ def test_cli_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--repeats", "0"], r"--repeats must be in [1, 100], got 0"),
+        (["--repeats", "0"], r"--repeats must be an integer in [1, 100], got 0"),
         (["--repeats", "many"], r"--repeats must be an integer in [1, 100], got 'many'"),
         (["--disk-dir", "{tmp}/missing"], "--disk-dir '{tmp}/missing' does not exist"),
         (["--disk-dir", "{tmp}/file"], "--disk-dir '{tmp}/file' is not a folder"),
