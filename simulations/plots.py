@@ -36,6 +36,7 @@ SPAN_COLOURS: dict[SpanKind, str] = {
 }
 _STRATEGY_COLOURS = {
     "edge": "tab:blue",
+    "edge-seed": "tab:cyan",
     "fedavg": "tab:gray",
     "fedbuff": "tab:orange",
     "fedasync": "tab:purple",
