@@ -8,9 +8,9 @@ import math
 from typing import Any
 
 import pytest
+from conftest import check_contract, example_doc
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_profiling_contract import check_contract, example_doc
 
 from flower_edge.errors import InputError
 from flower_edge.profiling import (

@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from conftest import ToyEdge, accuracy_fn, flwr_logs, model
 from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
-from test_strategy_toys import ToyEdge, accuracy_fn, flwr_logs, model
 
 from flower_edge import wire
 from flower_edge.errors import ConfigError

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import as_numpy, make_dropin_app, model
 from flwr.app import ConfigRecord, Context, Message, RecordDict
-from test_strategy_toys import as_numpy, make_dropin_app, model
 
 from flower_edge import wire
 from flower_edge.errors import ConfigError

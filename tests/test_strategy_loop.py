@@ -7,8 +7,8 @@ import random
 
 import numpy as np
 import pytest
+from conftest import DUR, EQUAL, ToyEdge, accuracy_fn, as_numpy, flwr_logs, model, run_edge, virtual
 from flwr.app import Message
-from test_strategy_toys import ToyEdge, accuracy_fn, as_numpy, flwr_logs, model
 
 from flower_edge import wire
 from strategies import (
@@ -19,25 +19,7 @@ from strategies import (
     LoopConfig,
     ManualClock,
     ShareConfig,
-    VirtualClock,
 )
-
-# ToyEdge speeds 10, 20, 40, 80 samples/s, 0.5 s overhead, 100 samples each:
-# virtual durations 10.5, 5.5, 3.0, 1.75 s for nodes 1001..1004.
-DUR = {1001: 10.5, 1002: 5.5, 1003: 3.0, 1004: 1.75}
-EQUAL = ShareConfig(profile=False, total_samples=400, rebalance="off")
-
-
-def virtual() -> VirtualClock:
-    return VirtualClock(wall=ManualClock())
-
-
-def run_edge(toy: ToyEdge, rounds: int = 2, **options):  # type: ignore[no-untyped-def]
-    grid = InProcessGrid(toy, 4)
-    options.setdefault("shares", EQUAL)
-    strategy = EdgeStrategy(threshold=2, clock=virtual(), **options)
-    result = strategy.start(grid, model(0.0), num_rounds=rounds, evaluate_fn=accuracy_fn())
-    return strategy, result, grid
 
 
 def hand_mean(updates: list[list[np.ndarray]], weights: list[float]) -> np.ndarray:
@@ -215,7 +197,7 @@ def test_virtual_clock_history_is_identical_whatever_the_arrival_order() -> None
 
 
 def test_dropin_unmodified_flower_clientapp_runs() -> None:
-    from test_strategy_toys import make_dropin_app
+    from conftest import make_dropin_app
 
     clock = ManualClock()
     grid = InProcessGrid(make_dropin_app(), 4, clock=clock)

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 import torch
+from conftest import ToyEdge, accuracy_fn, model
 from flwr.app import ArrayRecord, Context, Message, MetricRecord
-from test_strategy_toys import ToyEdge, accuracy_fn, model
 
 from clients.data import load_partition
 from flower_edge import wire

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import ToyEdge, accuracy_fn, as_numpy, flwr_logs, model
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
-from test_strategy_toys import ToyEdge, accuracy_fn, as_numpy, flwr_logs, model
 
 from flower_edge import wire
 from strategies import (

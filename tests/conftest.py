@@ -1,0 +1,345 @@
+"""Shared fakes and checkers of the test suite (pytest loads this module first).
+
+Test modules import what they share from here (``from conftest import ToyEdge``), never from
+another test module.
+
+Toy clients (numpy only, exact and fast)
+    :class:`ToyEdge` speaks the edge protocol of ``flower_edge.wire``: it answers the profile
+    query, keeps its job in ``context.state``, trains in slices of ``SLICE_BUDGET`` virtual
+    seconds, reports progress and ``VIRTUAL_SECONDS``, and abandons a stale job when told of a
+    newer global (if ``abandon``). "Training" moves the model a fixed fraction towards a
+    per-node target, so every result can be computed by hand. :func:`make_dropin_app` is an
+    unmodified Flower ClientApp (train only, arrays + num-examples). :func:`run_edge` runs
+    ``EdgeStrategy`` (K = 2) over four toy nodes on a virtual clock; :data:`DUR` holds their
+    virtual job durations.
+Flower's log
+    :func:`flwr_logs` collects the ``flwr`` logger's records directly.
+Profile JSON contract
+    :func:`check_contract` is an independent checker of the profile JSON contract of issue 2,
+    written from the issue's text, not from ``ProfileReport.from_dict``, so that the two can
+    disagree; :func:`example_doc` is a conforming document built by hand.
+
+The fault tests' numpy clients and scripted clock are in ``fault_clients.py`` (the soak
+benchmark uses them too), the real-deployment harness in ``deploy_harness.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+
+from flower_edge import wire
+from strategies import EdgeStrategy, InProcessGrid, ManualClock, ShareConfig, VirtualClock
+
+# ---------------------------------------------------------------- toy clients
+
+KEYS = ("w", "steps")
+
+
+def model(w: float | list[float] = 0.0, steps: int = 0) -> ArrayRecord:
+    vec = np.asarray(w if isinstance(w, list) else [w, w, w], dtype=np.float32)
+    return ArrayRecord({"w": Array(vec), "steps": Array(np.array([steps], dtype=np.int64))})
+
+
+def as_numpy(record: ArrayRecord) -> list[np.ndarray]:
+    return [record[k].numpy() for k in KEYS]
+
+
+def target(partition: int) -> np.ndarray:
+    return np.full(3, float(partition + 1), dtype=np.float32)
+
+
+@dataclass
+class ToyEdge:
+    """An edge-protocol client with exact virtual durations: ``samples / speed + overhead``."""
+
+    speeds: list[float] = field(default_factory=lambda: [10.0, 20.0, 40.0, 80.0])
+    overhead: float = 0.5
+    abandon: bool = True
+    local_samples: int = 100
+    lr: float = 0.5
+    evaluations: Callable[[int], tuple[float, float, float, float]] | None = None
+    returned: dict[tuple[int, int], list[np.ndarray]] = field(default_factory=dict)
+    replies: list[dict[str, Any]] = field(default_factory=list)
+
+    def __call__(self, msg: Message, ctx: Context) -> Message:
+        pid = int(ctx.node_config[wire.PARTITION_ID])
+        if msg.metadata.message_type == wire.PROFILE_MESSAGE_TYPE:
+            return self.profile(msg, pid)
+        return self.train(msg, ctx, pid)
+
+    def profile(self, msg: Message, pid: int) -> Message:
+        ev = self.evaluations(pid) if self.evaluations else (1.0 + pid, 0.0, 1.0, 1.0)
+        rec = ConfigRecord(
+            {
+                wire.EVAL_CPU: ev[0],
+                wire.EVAL_GPU: ev[1],
+                wire.EVAL_MEMORY: ev[2],
+                wire.EVAL_DISK: ev[3],
+                wire.LOCAL_SAMPLES: self.local_samples,
+            }
+        )
+        return Message(RecordDict({wire.PROFILE: rec}), reply_to=msg)
+
+    def train(self, msg: Message, ctx: Context, pid: int) -> Message:
+        cfg = msg.content.config_records[wire.CONFIG]
+        job = int(cfg[wire.JOB_ID])  # type: ignore[arg-type]
+        version = int(cfg[wire.GLOBAL_VERSION])  # type: ignore[arg-type]
+        budget = float(cfg[wire.SLICE_BUDGET])  # type: ignore[arg-type]
+        arrays = msg.content.array_records.get(wire.ARRAYS)
+        state = ctx.state.config_records.get("toy")
+        abandoned = 0
+        if state is None or int(state["job"]) != job:  # type: ignore[call-overload]
+            assert arrays is not None, "a new job must carry the global model"
+            w, base, pos = as_numpy(arrays), version, 0
+            share = int(cfg.get(wire.SAMPLE_SHARE, self.local_samples))  # type: ignore[call-overload]
+        else:
+            w = as_numpy(ctx.state.array_records["toy-w"])
+            base, pos = int(state["base"]), int(state["pos"])  # type: ignore[call-overload]
+            share = int(state["share"])  # type: ignore[call-overload]
+            if arrays is not None and version > base and self.abandon:
+                w, base, pos, abandoned = as_numpy(arrays), version, 0, 1
+        speed = self.speeds[pid % len(self.speeds)]
+        todo = share - pos
+        n = todo if budget <= 0 else min(todo, max(1, int(speed * budget)))
+        new_w = (w[0] + self.lr * (target(pid) - w[0]) * (n / share)).astype(np.float32)
+        new = [new_w, w[1] + n]
+        pos += n
+        done = pos >= share
+        metrics = MetricRecord(
+            {
+                wire.NUM_EXAMPLES: pos,
+                wire.DONE: int(done),
+                wire.JOB_ID: job,
+                wire.BASE_VERSION: base,
+                wire.SAMPLES_PROCESSED: pos,
+                wire.ABANDONED: abandoned,
+                wire.VIRTUAL_SECONDS: n / speed + self.overhead,
+                wire.TRAIN_LOSS: float(np.abs(target(pid) - new_w).mean()),
+            }
+        )
+        self.replies.append(
+            {"node": ctx.node_id, "job": job, "done": done, "base": base, "abandoned": abandoned}
+        )
+        content = RecordDict({wire.METRICS: metrics})
+        if done:
+            content[wire.ARRAYS] = ArrayRecord(dict(zip(KEYS, map(Array, new), strict=True)))
+            self.returned[(ctx.node_id, job)] = new
+            ctx.state.config_records.pop("toy", None)
+        else:
+            ctx.state["toy"] = ConfigRecord({"job": job, "base": base, "pos": pos, "share": share})
+            ctx.state["toy-w"] = ArrayRecord(dict(zip(KEYS, map(Array, new), strict=True)))
+        return Message(content, reply_to=msg)
+
+
+def make_dropin_app(step: float = 0.1) -> ClientApp:
+    """An unmodified Flower ClientApp: train only, replies arrays + num-examples."""
+    app = ClientApp()
+
+    @app.train()
+    def train(msg: Message, ctx: Context) -> Message:
+        arrays = msg.content["arrays"]
+        assert isinstance(arrays, ArrayRecord)
+        pid = int(ctx.node_config["partition-id"])
+        new = {
+            k: Array(v.numpy() + (step * (pid + 1) if k == "w" else 1)) for k, v in arrays.items()
+        }
+        reply = RecordDict(
+            {"arrays": ArrayRecord(new), "metrics": MetricRecord({"num-examples": 10 * (pid + 1)})}
+        )
+        return Message(reply, reply_to=msg)
+
+    return app
+
+
+def accuracy_fn(goal: float = 2.0) -> Callable[[int, ArrayRecord], MetricRecord]:
+    """An evaluate_fn: accuracy = 1 / (1 + |mean(w) - goal|)."""
+
+    def evaluate(_: int, arrays: ArrayRecord) -> MetricRecord:
+        w = arrays["w"].numpy().astype(np.float64)
+        err = float(abs(w.mean() - goal))
+        return MetricRecord({"accuracy": 1.0 / (1.0 + err), "loss": err})
+
+    return evaluate
+
+
+# ---------------------------------------------------------------- the edge strategy on toys
+
+# ToyEdge speeds 10, 20, 40, 80 samples/s, 0.5 s overhead, 100 samples each:
+# virtual durations 10.5, 5.5, 3.0, 1.75 s for nodes 1001..1004.
+DUR = {1001: 10.5, 1002: 5.5, 1003: 3.0, 1004: 1.75}
+EQUAL = ShareConfig(profile=False, total_samples=400, rebalance="off")
+
+
+def virtual() -> VirtualClock:
+    return VirtualClock(wall=ManualClock())
+
+
+def run_edge(toy: ToyEdge, rounds: int = 2, **options):  # type: ignore[no-untyped-def]
+    grid = InProcessGrid(toy, 4)
+    options.setdefault("shares", EQUAL)
+    strategy = EdgeStrategy(threshold=2, clock=virtual(), **options)
+    result = strategy.start(grid, model(0.0), num_rounds=rounds, evaluate_fn=accuracy_fn())
+    return strategy, result, grid
+
+
+# ---------------------------------------------------------------- Flower's log
+
+
+class FlwrLogs(logging.Handler):
+    """Collects the ``flwr`` logger's records directly (caplog misses them once another
+    test has turned the logger's propagation off)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(r.getMessage() for r in self.records)
+
+
+@contextlib.contextmanager
+def flwr_logs(level: int = logging.INFO) -> Iterator[FlwrLogs]:
+    logger = logging.getLogger("flwr")
+    handler = FlwrLogs()
+    old = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(min(level, old) if old else level)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old)
+
+
+# ---------------------------------------------------------------- profile JSON contract
+
+RESOURCE_KEYS = ("cpu", "gpu", "memory", "disk")
+
+
+def _int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _float(v: object) -> bool:
+    return isinstance(v, float) and math.isfinite(v)
+
+
+def _number(v: object) -> bool:
+    return (_int(v) or isinstance(v, float)) and math.isfinite(cast(float, v))
+
+
+HOST_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "cores": (lambda v: _int(v) and v >= 1, "an int >= 1"),
+    "cpu_model": (lambda v: isinstance(v, str), "a string"),
+    "memory_bytes": (lambda v: _int(v) and v >= 0, "an int >= 0"),
+    "gpu_name": (lambda v: v is None or isinstance(v, str), "a string or null"),
+    "load_average": (
+        lambda v: isinstance(v, list) and len(v) == 3 and all(_number(x) and x >= 0 for x in v),
+        "3 numbers >= 0",
+    ),
+    "platform": (lambda v: isinstance(v, str), "a string"),
+}
+WORKLOAD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "name": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
+    "samples": (lambda v: _int(v) and v >= 1, "an int >= 1"),
+    "seconds": (lambda v: _float(v) and v > 0, "a float > 0"),
+    "utilization": (lambda v: _float(v) and 0.0 <= v <= 1.0, "a float in [0, 1]"),
+    "intensity": (lambda v: _float(v) and v >= 0, "a float >= 0"),
+}
+RESOURCE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "available": (lambda v: isinstance(v, bool), "a bool"),
+    "evaluation": (lambda v: _float(v) and v >= 0, "a float >= 0"),
+    "workloads": (lambda v: isinstance(v, list), "a list"),
+    "reason": (lambda v: v is None or isinstance(v, str), "a string or null"),
+}
+
+
+def _rules(where: str, obj: Any, rules: dict[str, tuple[Callable[[Any], bool], str]]) -> list[str]:
+    if not isinstance(obj, dict):
+        return [f"{where} is not an object"]
+    bad = [f"{where} keys {sorted(obj)} != {sorted(rules)}"] if set(obj) != set(rules) else []
+    for key, (ok, what) in rules.items():
+        if key in obj and not ok(obj[key]):
+            bad.append(f"{where}.{key} is not {what}")
+    return bad
+
+
+def check_contract(doc: Any) -> list[str]:
+    """Return every way ``doc`` breaks the contract (empty when it conforms)."""
+    top: dict[str, tuple[Callable[[Any], bool], str]] = {
+        "host": (lambda v: isinstance(v, dict), "an object"),
+        "resources": (lambda v: isinstance(v, dict) and set(v) == set(RESOURCE_KEYS), "cgmd"),
+        "mode": (lambda v: v in ("quick", "full"), "quick or full"),
+        "elapsed_seconds": (lambda v: _float(v) and v >= 0, "a float >= 0"),
+    }
+    bad = _rules("report", doc, top)
+    if bad:
+        return bad
+    bad += _rules("host", doc["host"], HOST_RULES)
+    for name in RESOURCE_KEYS:
+        bad += _check_resource(f"resources.{name}", doc["resources"][name])
+    return bad
+
+
+def _check_resource(where: str, res: Any) -> list[str]:
+    bad = _rules(where, res, RESOURCE_RULES)
+    if bad:
+        return bad
+    workloads = res["workloads"]
+    for i, w in enumerate(workloads):
+        bad += _rules(f"{where}.workloads[{i}]", w, WORKLOAD_RULES)
+    if bad:
+        return bad
+    for i, w in enumerate(workloads):
+        if not math.isclose(w["intensity"], w["samples"] / w["seconds"], rel_tol=1e-9):
+            bad.append(f"{where}.workloads[{i}].intensity != samples / seconds")
+    if not res["available"]:
+        if res["evaluation"] != 0.0 or workloads or not res["reason"]:
+            bad.append(f"{where} unavailable but evaluation != 0, workloads or no reason")
+        return bad
+    if len(workloads) < 2:
+        bad.append(f"{where} available with fewer than 2 workloads")
+    elif not bad:
+        mean = math.fsum(w["utilization"] * w["intensity"] for w in workloads) / len(workloads)
+        if not math.isclose(res["evaluation"], mean, rel_tol=1e-9):
+            bad.append(f"{where}.evaluation != mean(utilization * intensity)")
+    return bad
+
+
+def example_doc() -> dict[str, Any]:
+    """A conforming document, built by hand."""
+    cpu = [
+        {"name": "a", "samples": 100, "seconds": 2.0, "utilization": 0.5, "intensity": 50.0},
+        {"name": "b", "samples": 30, "seconds": 0.5, "utilization": 1.0, "intensity": 60.0},
+    ]
+    return {
+        "host": {
+            "cores": 2,
+            "cpu_model": "x",
+            "memory_bytes": 1024,
+            "gpu_name": None,
+            "load_average": [0.5, 0.25, 0.0],
+            "platform": "Linux-x86_64",
+        },
+        "resources": {
+            "cpu": {"available": True, "evaluation": 42.5, "workloads": cpu, "reason": None},
+            "gpu": {"available": False, "evaluation": 0.0, "workloads": [], "reason": "none"},
+            "memory": {"available": True, "evaluation": 42.5, "workloads": cpu, "reason": None},
+            "disk": {"available": True, "evaluation": 42.5, "workloads": cpu, "reason": None},
+        },
+        "mode": "quick",
+        "elapsed_seconds": 1.5,
+    }
