@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_strategy_loop import DUR, run_edge
-from test_strategy_toys import ToyEdge, as_numpy
+from conftest import DUR, ToyEdge, as_numpy, run_edge
 
 from flower_edge.errors import ConfigError
 from strategies import EdgeStrategy

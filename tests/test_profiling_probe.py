@@ -16,7 +16,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from test_profiling_contract import check_contract
+from conftest import check_contract
 
 from flower_edge.cli import main
 from flower_edge.cli_profile import format_report

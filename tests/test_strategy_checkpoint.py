@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_strategy_toys import ToyEdge, accuracy_fn, as_numpy, model
+from conftest import ToyEdge, accuracy_fn, as_numpy, model
 
 from flower_edge.errors import ConfigError, InputError
 from strategies import (
