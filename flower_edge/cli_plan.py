@@ -51,6 +51,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from flower_edge import validate
 from flower_edge.errors import InputError
 
 if TYPE_CHECKING:
@@ -371,12 +372,7 @@ def _read_json(path_text: str, option: str) -> Any:
 
 
 def _number(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InputError(f"{where} must be a finite number >= 0, got {value!r}")
-    out = float(value)
-    if not (math.isfinite(out) and out >= 0):
-        raise InputError(f"{where} must be a finite number >= 0, got {value!r}")
-    return out
+    return validate.number(where, value, low=0.0, error=InputError)
 
 
 def _resources(entry: Mapping[str, Any], where: str) -> list[float]:
@@ -431,13 +427,9 @@ def read_profiles(data: Any) -> tuple[list[str], list[list[float]], list[int | N
         if node_id in seen:
             raise InputError(f"{where}.id {node_id!r} duplicates nodes[{seen[node_id]}].id")
         seen[node_id] = i
-        capacity = entry.get("capacity")
-        if capacity is not None and (
-            isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0
-        ):
-            raise InputError(
-                f"{where}.capacity must be an integer >= 0 or absent, got {capacity!r}"
-            )
+        capacity = validate.integer(
+            f"{where}.capacity", entry.get("capacity"), low=0, allow_none=True, error=InputError
+        )
         ids.append(node_id)
         evaluations.append(_resources(entry, where))
         capacities.append(capacity)
@@ -531,10 +523,10 @@ def build_plan(
     from flower_edge.allocation import initial_shares, rebalance
     from flower_edge.radar import match_ratios, standardise
 
-    if isinstance(total, bool) or not isinstance(total, int) or total < 0:
-        raise InputError(f"--total-samples must be an integer >= 0, got {total!r}")
-    if not (math.isfinite(seconds_per_sample) and seconds_per_sample > 0):
-        raise InputError(f"--seconds-per-sample must be a number > 0, got {seconds_per_sample}")
+    validate.integer("--total-samples", total, low=0, error=InputError)
+    validate.number(
+        "--seconds-per-sample", seconds_per_sample, low=0.0, low_inclusive=False, error=InputError
+    )
     ev = np.asarray(evaluations, dtype=np.float64)
     scores = standardise(ev)
     ratios = match_ratios(ev, compute_share, order_invariant=order_invariant)
@@ -570,23 +562,13 @@ def _compute_share(args: argparse.Namespace) -> float:
         raise InputError("give exactly one of --model (with --input-shape) or --compute-share")
     if args.model is not None:
         return _analyze(args, args.model).compute_share
-    try:
-        share = float(args.compute_share)
-    except ValueError:
-        share = math.nan
-    if not (math.isfinite(share) and 0.0 <= share <= 1.0):
-        raise InputError(f"--compute-share must be a number in [0, 1], got {args.compute_share!r}")
-    return share
+    return validate.parse_number(
+        "--compute-share", args.compute_share, low=0.0, high=1.0, error=InputError
+    )
 
 
 def _int_option(text: str, option: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise InputError(f"{option} must be an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise InputError(f"{option} must be an integer >= 0, got {value}")
-    return value
+    return validate.parse_integer(option, text, low=0, error=InputError)
 
 
 def format_plan(doc: Mapping[str, Any], other: Allocation, max_rows: int) -> str:

@@ -68,11 +68,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def _repeats(text: str | None) -> int | None:
     if text is None:
         return None
-    try:
-        value: object = int(text)
-    except ValueError:
-        value = text
-    return validate.integer("--repeats", value, low=1, high=_MAX_REPEATS)
+    return validate.parse_integer("--repeats", text, low=1, high=_MAX_REPEATS)
 
 
 def _disk_dir(text: str | None) -> Path | None:

@@ -40,6 +40,8 @@ __all__ = [
     "integer",
     "number",
     "numbers",
+    "parse_integer",
+    "parse_number",
     "probability",
     "text",
 ]
@@ -326,6 +328,84 @@ def integer(
     ):
         raise error(f"{_with_range(f'{name} must be an integer', bounds)}, got {value!r}")
     return int(value)
+
+
+def parse_integer(
+    name: str,
+    text: str,
+    *,
+    low: int | None = None,
+    high: int | None = None,
+    error: type[InputError] = ConfigError,
+) -> int:
+    """Parse an integer given as text (a command-line option) and check it as :func:`integer`.
+
+    Parameters
+    ----------
+    name : str
+        The option as the user typed it (``"--repeats"``).
+    text : str
+        The text to parse; text that is not an integer is reported as received.
+    low, high : int, optional
+        Inclusive bounds.
+    error : type of InputError (default: ConfigError)
+        The exception class to raise.
+
+    Returns
+    -------
+    int
+        The parsed integer.
+    """
+    try:
+        value: object = int(text)
+    except ValueError:
+        value = text
+    return integer(name, value, low=low, high=high, error=error)
+
+
+def parse_number(
+    name: str,
+    text: str,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_inclusive: bool = True,
+    high_inclusive: bool = True,
+    error: type[InputError] = ConfigError,
+) -> float:
+    """Parse a number given as text (a command-line option) and check it as :func:`number`.
+
+    Parameters
+    ----------
+    name : str
+        The option as the user typed it (``"--compute-share"``).
+    text : str
+        The text to parse; text that is not a number is reported as received.
+    low, high : float, optional
+        Bounds of the allowed range.
+    low_inclusive, high_inclusive : bool (default: True)
+        Whether each bound itself is allowed.
+    error : type of InputError (default: ConfigError)
+        The exception class to raise.
+
+    Returns
+    -------
+    float
+        The parsed number (finite).
+    """
+    try:
+        value: object = float(text)
+    except ValueError:
+        value = text
+    return number(
+        name,
+        value,
+        low=low,
+        high=high,
+        low_inclusive=low_inclusive,
+        high_inclusive=high_inclusive,
+        error=error,
+    )
 
 
 def probability(

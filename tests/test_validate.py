@@ -17,6 +17,8 @@ from flower_edge.validate import (
     integer,
     number,
     numbers,
+    parse_integer,
+    parse_number,
     probability,
     text,
 )
@@ -226,3 +228,23 @@ def test_numbers_matrix_with_column_names_against_brute_force() -> None:
         with pytest.raises(ConfigError) as info:
             numbers("e", arr, low=0.0, low_inclusive=False, columns=("cpu", "gpu"))
         assert str(info.value) == f"e[{i}][{col!r}] must be > 0, got {float(arr[i, j])!r}"
+
+
+def test_parse_integer_and_number_report_the_text_received() -> None:
+    assert parse_integer("--n", "7", low=0) == 7
+    with pytest.raises(ConfigError) as info:
+        parse_integer("--n", "many", low=1, high=100)
+    assert str(info.value) == "--n must be an integer in [1, 100], got 'many'"
+    with pytest.raises(InputError) as info:
+        parse_integer("--n", "-5", low=0, error=InputError)
+    assert str(info.value) == "--n must be an integer >= 0, got -5"
+    assert parse_number("--p", "0.25", low=0.0, high=1.0) == 0.25
+    with pytest.raises(ConfigError) as info:
+        parse_number("--p", "half", low=0.0, high=1.0)
+    assert str(info.value) == "--p must be a finite number in [0, 1], got 'half'"
+    with pytest.raises(ConfigError) as info:
+        parse_number("--p", "nan", low=0.0, high=1.0)
+    assert str(info.value) == "--p must be a finite number in [0, 1], got nan"
+    with pytest.raises(ConfigError) as info:
+        parse_number("--p", "0", low=0.0, low_inclusive=False)
+    assert str(info.value) == "--p must be > 0, got 0.0"
