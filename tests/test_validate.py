@@ -235,9 +235,9 @@ def test_parse_integer_and_number_report_the_text_received() -> None:
     with pytest.raises(ConfigError) as info:
         parse_integer("--n", "many", low=1, high=100)
     assert str(info.value) == "--n must be an integer in [1, 100], got 'many'"
-    with pytest.raises(InputError) as info:
+    with pytest.raises(InputError) as input_info:
         parse_integer("--n", "-5", low=0, error=InputError)
-    assert str(info.value) == "--n must be an integer >= 0, got -5"
+    assert str(input_info.value) == "--n must be an integer >= 0, got -5"
     assert parse_number("--p", "0.25", low=0.0, high=1.0) == 0.25
     with pytest.raises(ConfigError) as info:
         parse_number("--p", "half", low=0.0, high=1.0)
