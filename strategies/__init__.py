@@ -6,18 +6,20 @@
 deterministic tests.
 """
 
+from strategies.base import SemiAsyncStrategy, StrategyOptions
 from strategies.baselines import FedAsync, FedBuff
 from strategies.checkpoint import Checkpoint, CheckpointStore
 from strategies.clock import Clock, ManualClock, VirtualClock, WallClock
 from strategies.config import LoopConfig, ShareConfig, StopConfig, ValuationConfig
 from strategies.edge import EdgeStrategy
 from strategies.inprocess import InProcessGrid
-from strategies.loop import Combined, SemiAsyncStrategy, Update
 from strategies.records import (
     AggregationRecord,
+    Combined,
     JobEvent,
     ProfileRecord,
     TrainReply,
+    Update,
     parse_profile_reply,
     parse_train_reply,
 )
@@ -39,6 +41,7 @@ __all__ = [
     "SemiAsyncStrategy",
     "ShareConfig",
     "StopConfig",
+    "StrategyOptions",
     "TrainReply",
     "Update",
     "ValuationConfig",

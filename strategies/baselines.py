@@ -14,8 +14,9 @@ import numpy.typing as npt
 
 from flower_edge.errors import ConfigError
 from flower_edge.staleness import MIXINGS, MixingName, fedasync_mixing, fedbuff_weight
+from strategies.base import SemiAsyncStrategy
 from strategies.config import ShareConfig, ValuationConfig
-from strategies.loop import Combined, SemiAsyncStrategy, Update
+from strategies.records import Combined, Update
 
 __all__ = ["FedAsync", "FedBuff"]
 

@@ -6,9 +6,10 @@ Layout of a checkpoint folder:
     The global model after aggregation ``round`` (arrays ``a0, a1, ...`` in model order;
     their names are in ``state.json``).
 ``state.json``
-    Everything else (round, version, clock time, job counter, shares, time-model observations,
-    values, history, Result metrics). Written last, atomically (temporary file, ``fsync``,
-    ``os.replace``): a run killed mid-write leaves the previous checkpoint intact.
+    Everything else, a :class:`RunState` (round, version, clock time, job counter, shares,
+    time-model observations, values, history, Result metrics). Written last, atomically
+    (temporary file, ``fsync``, ``os.replace``): a run killed mid-write leaves the previous
+    checkpoint intact.
 ``buffer.json`` and ``update-<node>-<job>.npz``
     Updates accepted since the last aggregation (not yet aggregated), so that a run killed
     between two aggregations loses none of them. On resume, entries already in the audit are
@@ -25,17 +26,30 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from logging import INFO, WARNING
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from flwr.common.logger import log
 
-from flower_edge.errors import InputError
+from flower_edge.aggregation import check_update
+from flower_edge.errors import ConfigError, InputError
+from strategies.membership import Node
+from strategies.records import AggregationRecord, Update
 
-__all__ = ["Checkpoint", "CheckpointStore"]
+__all__ = [
+    "Checkpoint",
+    "CheckpointStore",
+    "NodeState",
+    "RunState",
+    "audit_entries",
+    "buffer_entry",
+    "buffered_updates",
+]
 
 STATE_FILE = "state.json"
 AUDIT_FILE = "audit.jsonl"
@@ -170,8 +184,267 @@ class CheckpointStore:
             return []
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
+    def save_run(
+        self,
+        record: AggregationRecord,
+        keys: Sequence[str],
+        arrays: Sequence[npt.NDArray[Any]],
+        state: RunState,
+        buffered: Sequence[dict[str, Any]],
+    ) -> None:
+        """Checkpoint aggregation ``record``: audit lines, then arrays and state, then buffer."""
+        self.append_audit(audit_entries(record))
+        self.save(record.round, keys, arrays, state.to_json())
+        self.save_buffered(buffered)
+
+    def load_run(self, keys: Sequence[str]) -> tuple[RunState, tuple[npt.NDArray[Any], ...]]:
+        """Load the run state and global arrays; drop audit lines after the checkpoint.
+
+        Raises
+        ------
+        ConfigError
+            The checkpoint holds a model with other array names.
+        """
+        ckpt = self.load()
+        if ckpt.keys != tuple(keys):
+            raise ConfigError(
+                f"checkpoint in {self.directory} holds a different model "
+                f"({len(ckpt.keys)} arrays named {list(ckpt.keys)[:3]}...)"
+            )
+        state = RunState.from_json(ckpt.state)
+        self.truncate_audit(ckpt.round)
+        return state, ckpt.arrays
+
     def truncate_audit(self, last_round: int) -> None:
         """Drop audit lines of rounds after ``last_round`` (atomically)."""
         kept = [e for e in self.audit() if int(e["round"]) <= last_round]
         text = "".join(json.dumps(e, sort_keys=True) + "\n" for e in kept).encode()
         _atomic_write(self.directory / AUDIT_FILE, lambda h: h.write(text))
+
+
+Metrics = Mapping[int, Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """What a checkpoint keeps of a node: its share plan and its time-model observations."""
+
+    share: int
+    ratio: float
+    profiled: bool
+    observations: tuple[tuple[float, float], ...]
+
+    @classmethod
+    def of(cls, node: Node) -> NodeState:
+        """Return the state of ``node``."""
+        return cls(node.share, node.ratio, node.profiled, tuple(node.observations))
+
+    def apply_to(self, node: Node) -> None:
+        """Restore this state into ``node``."""
+        node.share = self.share
+        node.ratio = self.ratio
+        node.profiled = self.profiled
+        node.observations = list(self.observations)
+
+
+@dataclass(frozen=True)
+class RunState:
+    """The state of a run after an aggregation, as ``state.json`` holds it.
+
+    Attributes
+    ----------
+    strategy : str
+        Strategy name.
+    version : int
+        Global version (aggregations so far).
+    clock, elapsed : float
+        Clock time at the checkpoint and seconds since the run's start.
+    jobs : int
+        Last job id handed out.
+    best : float, optional
+        Best test metric so far (plateau rule).
+    since_best : int
+        Aggregations since it improved.
+    abandoned_total : int
+        Abandoned jobs so far.
+    values : Mapping[int, float]
+        Latest value per node.
+    last_values : tuple[int, tuple[int, ...], tuple[float, ...]]
+        Round, node ids and values of the last aggregation (sent to the clients).
+    nodes : Mapping[int, NodeState]
+        Per node.
+    history : tuple[AggregationRecord, ...]
+        Every aggregation so far.
+    train_metrics, evaluate_metrics : Mapping[int, Mapping[str, Any]]
+        The Result's ``train_metrics_clientapp`` / ``evaluate_metrics_serverapp``.
+    """
+
+    strategy: str
+    version: int
+    clock: float
+    elapsed: float
+    jobs: int
+    best: float | None
+    since_best: int
+    abandoned_total: int
+    values: Mapping[int, float]
+    last_values: tuple[int, tuple[int, ...], tuple[float, ...]]
+    nodes: Mapping[int, NodeState]
+    history: tuple[AggregationRecord, ...]
+    train_metrics: Metrics
+    evaluate_metrics: Metrics
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the JSON-ready dict written to ``state.json``."""
+        rnd, ids, vals = self.last_values
+        return {
+            "strategy": self.strategy,
+            "version": self.version,
+            "clock": self.clock,
+            "elapsed": self.elapsed,
+            "jobs": self.jobs,
+            "best": self.best,
+            "since_best": self.since_best,
+            "abandoned_total": self.abandoned_total,
+            "values": {str(k): v for k, v in self.values.items()},
+            "last_values": [rnd, list(ids), list(vals)],
+            "nodes": {
+                str(k): {
+                    "share": n.share,
+                    "ratio": n.ratio,
+                    "profiled": n.profiled,
+                    "observations": [list(o) for o in n.observations],
+                }
+                for k, n in self.nodes.items()
+            },
+            "history": [h.to_json() for h in self.history],
+            "train_metrics": {str(r): dict(m) for r, m in self.train_metrics.items()},
+            "evaluate_metrics": {str(r): dict(m) for r, m in self.evaluate_metrics.items()},
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RunState:
+        """Rebuild the state from :meth:`to_json`'s output; raise InputError if malformed."""
+        try:
+            rnd, ids, vals = data["last_values"]
+            best = data["best"]
+            return cls(
+                strategy=str(data["strategy"]),
+                version=int(data["version"]),
+                clock=float(data["clock"]),
+                elapsed=float(data["elapsed"]),
+                jobs=int(data["jobs"]),
+                best=None if best is None else float(best),
+                since_best=int(data["since_best"]),
+                abandoned_total=int(data["abandoned_total"]),
+                values={int(k): float(v) for k, v in data["values"].items()},
+                last_values=(int(rnd), tuple(int(i) for i in ids), tuple(float(v) for v in vals)),
+                nodes={
+                    int(k): NodeState(
+                        share=int(n["share"]),
+                        ratio=float(n["ratio"]),
+                        profiled=bool(n["profiled"]),
+                        observations=tuple((float(f), float(t)) for f, t in n["observations"]),
+                    )
+                    for k, n in data["nodes"].items()
+                },
+                history=tuple(AggregationRecord.from_json(h) for h in data["history"]),
+                train_metrics={int(r): dict(m) for r, m in data["train_metrics"].items()},
+                evaluate_metrics={int(r): dict(m) for r, m in data["evaluate_metrics"].items()},
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InputError(
+                f"checkpoint state is malformed: {type(exc).__name__}: {exc}"
+            ) from None
+
+
+def audit_entries(record: AggregationRecord) -> list[dict[str, Any]]:
+    """Return the audit lines of one aggregation (one per aggregated update)."""
+    return [
+        {
+            "round": record.round,
+            "node": node,
+            "job": job,
+            "base_version": base,
+            "weight": weight,
+            "staleness": stale,
+            "delay": delay,
+        }
+        for node, job, base, weight, stale, delay in zip(
+            record.participants,
+            record.job_ids,
+            record.base_versions,
+            record.weights,
+            record.staleness,
+            record.delays,
+            strict=True,
+        )
+    ]
+
+
+def buffer_entry(update: Update, start_time: float) -> dict[str, Any]:
+    """Return the ``buffer.json`` entry of a buffered update (times relative to the start)."""
+    return {
+        "node": update.node_id,
+        "job": update.job_id,
+        "base_version": update.base_version,
+        "num_examples": update.num_examples,
+        "share": update.share,
+        "delay": update.delay,
+        "received": update.received_at - start_time,
+        "late": update.late,
+        "train_loss": update.train_loss,
+        "file": f"update-{update.node_id}-{update.job_id}.npz",
+    }
+
+
+def buffered_updates(
+    store: CheckpointStore,
+    global_arrays: Sequence[npt.NDArray[Any]],
+    start_time: float,
+    required_base: int | None,
+    name: str,
+) -> list[Update]:
+    """Return the buffered updates of ``store`` that can go back into the buffer.
+
+    Updates already in the audit (aggregated before the kill), unreadable ones, ones that do
+    not fit ``global_arrays``, and, when ``required_base`` is set (strategies that aggregate
+    deltas), ones with another base version (its model is not in the checkpoint) are left out.
+    """
+    counted = {(int(e["node"]), int(e["job"])) for e in store.audit()}
+    out = []
+    for entry, arrays in store.buffered(len(global_arrays)):
+        node_id, job_id = int(entry["node"]), int(entry["job"])
+        base = int(entry["base_version"])
+        if (node_id, job_id) in counted:
+            continue  # aggregated before the kill: in the audit already
+        if required_base is not None and base != required_base:
+            log(
+                WARNING,
+                "%s: buffered update of node %s dropped: its base version %d "
+                "is not in the checkpoint",
+                name,
+                node_id,
+                base,
+            )
+            continue
+        if check_update(list(arrays), list(global_arrays)) is not None:
+            continue
+        loss = entry.get("train_loss")
+        out.append(
+            Update(
+                node_id=node_id,
+                job_id=job_id,
+                base_version=base,
+                arrays=arrays,
+                num_examples=int(entry["num_examples"]),
+                share=int(entry["share"]),
+                delay=float(entry["delay"]),
+                received_at=float(entry["received"]) + start_time,
+                late=bool(entry["late"]),
+                train_loss=None if loss is None else float(loss),
+            )
+        )
+    if out:
+        log(INFO, "%s: %d accepted updates restored into the buffer", name, len(out))
+    return out

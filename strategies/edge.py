@@ -21,7 +21,9 @@ from flwr.common.logger import log
 
 from flower_edge.aggregation import WeightedSum
 from flower_edge.errors import ConfigError
-from strategies.loop import Combined, NDArray, SemiAsyncStrategy, Update
+from strategies.base import SemiAsyncStrategy
+from strategies.evaluation import NDArray
+from strategies.records import Combined, Update
 
 __all__ = ["AGGREGATES", "Aggregate", "EdgeStrategy"]
 

@@ -12,21 +12,27 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
 import numpy.typing as npt
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 
 from flower_edge import wire
+from flower_edge.aggregation import WeightedSum
 from flower_edge.errors import InputError
 
 __all__ = [
     "AggregationRecord",
+    "Combined",
     "EventKind",
     "JobEvent",
     "ProfileRecord",
     "TrainReply",
+    "Update",
     "arrays_from_record",
     "parse_profile_reply",
+    "parse_reply_for",
     "parse_train_reply",
+    "train_metrics",
 ]
 
 NDArray = npt.NDArray[Any]
@@ -368,3 +374,109 @@ class JobEvent:
     version: int
     samples: int = 0
     detail: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Update:
+    """A finished local update accepted into the buffer (built with keywords only).
+
+    Attributes
+    ----------
+    node_id, job_id, base_version : int
+        Who, which job, from which global version.
+    arrays : tuple of numpy arrays
+        The local model.
+    num_examples : int
+        Reported examples.
+    share : int
+        The job's sample share (0 when unknown).
+    delay : float
+        ``dt``: receive time minus the send time of the global it started from.
+    received_at : float
+        Event time of the reply.
+    late : bool
+        It missed its soft deadline.
+    train_loss : float, optional
+        Reported training loss.
+    """
+
+    node_id: int
+    job_id: int
+    base_version: int
+    arrays: tuple[NDArray, ...]
+    num_examples: int
+    share: int
+    delay: float
+    received_at: float
+    late: bool
+    train_loss: float | None
+
+
+@dataclass(frozen=True)
+class Combined:
+    """The result of :meth:`~strategies.base.SemiAsyncStrategy.combine`.
+
+    Attributes
+    ----------
+    arrays : list of numpy arrays
+        The new global model.
+    weights : tuple[float, ...]
+        Weight of each update (any scale; normalised for the history).
+    total : WeightedSum, optional
+        The running sum the model is the mean of (enables leave-one-out values).
+    """
+
+    arrays: list[NDArray]
+    weights: tuple[float, ...]
+    total: WeightedSum | None = None
+
+
+def parse_reply_for(
+    msg: Message, node_id: int, keys: Sequence[str], *, virtual: bool
+) -> tuple[TrainReply | None, str | None]:
+    """Parse a reply to a train message sent to ``node_id``: ``(reply, None)`` or ``(None, why)``.
+
+    Flower's own errors (node unavailable, message expired) come from the SuperLink (node 1),
+    not from the node the message was for: their reason is reported as Flower gave it. Under
+    a virtual clock a progress report must take virtual time (or the clock never moves on).
+    """
+    if msg.has_error():
+        error = msg.error
+        return None, f"client error for node {node_id} (code {error.code}): {error.reason}"
+    src = int(msg.metadata.src_node_id)
+    if src != node_id:
+        return None, f"reply from node {src} to a message for node {node_id}"
+    try:
+        reply = parse_train_reply(msg, keys)
+    except InputError as exc:
+        return None, str(exc)
+    if virtual and not reply.done and not (reply.virtual_seconds or 0.0) > 0.0:
+        return None, f"progress report without {wire.VIRTUAL_SECONDS} > 0 under a virtual clock"
+    return reply, None
+
+
+def train_metrics(
+    record: AggregationRecord, updates: Sequence[Update], abandoned_total: int
+) -> MetricRecord:
+    """Return the Result's ``train_metrics_clientapp`` entry of an aggregation."""
+    out: dict[str, int | float | list[int] | list[float]] = {
+        "participants": len(record.participants),
+        "mean-staleness": float(np.mean(record.staleness)),
+        "max-staleness": int(max(record.staleness)),
+        "mean-delay": float(np.mean(record.delays)),
+        "clock-time": float(record.time),
+        "late-updates": sum(record.late),
+        "abandoned-jobs": abandoned_total,
+        "num-examples": sum(u.num_examples for u in updates),
+    }
+    losses = [(u.train_loss, u.num_examples) for u in updates if u.train_loss is not None]
+    if losses:
+        out["train-loss"] = math.fsum(loss * n for loss, n in losses) / sum(n for _, n in losses)
+    per_node: dict[str, float] = {}
+    for node_id, value, weight in zip(
+        record.participants, record.values, record.weights, strict=True
+    ):
+        per_node[f"value-{node_id}"] = per_node.get(f"value-{node_id}", 0.0) + value
+        per_node[f"weight-{node_id}"] = per_node.get(f"weight-{node_id}", 0.0) + weight
+    out.update(per_node)
+    return MetricRecord(out)

@@ -8,12 +8,23 @@ from conftest import DUR, ToyEdge, as_numpy, run_edge
 
 from flower_edge.errors import ConfigError
 from strategies import EdgeStrategy
-from strategies.loop import Update
+from strategies.records import Update
 
 
 def _update(node: int, base: int, w: list[float], share: int = 1, delay: float = 0.0) -> Update:
     arrays = (np.asarray(w, dtype=np.float32), np.array([node], dtype=np.int64))
-    return Update(node, node, base, arrays, share, share, delay, 0.0, False, None)
+    return Update(
+        node_id=node,
+        job_id=node,
+        base_version=base,
+        arrays=arrays,
+        num_examples=share,
+        share=share,
+        delay=delay,
+        received_at=0.0,
+        late=False,
+        train_loss=None,
+    )
 
 
 def test_defaults_are_the_seed_rule() -> None:

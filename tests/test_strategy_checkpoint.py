@@ -195,7 +195,7 @@ def test_updates_accepted_between_aggregations_survive_a_kill(tmp_path: Path) ->
 
 
 def test_time_model_observations_stay_bounded(tmp_path: Path) -> None:
-    from strategies.loop import MAX_OBSERVATIONS
+    from strategies.shares import MAX_OBSERVATIONS
 
     rounds = MAX_OBSERVATIONS + 8  # every node finishes one job per round (K = n - 1)
     _run(rounds, tmp_path)

@@ -160,7 +160,7 @@ def test_duplicate_and_foreign_replies_are_rejected() -> None:
     ("make", "match"),
     [
         (lambda: EdgeStrategy(threshold=0), "threshold K must be an integer >= 1"),
-        (lambda: EdgeStrategy(threshold=2, decay="linear"), "unknown decay 'linear'"),
+        (lambda: EdgeStrategy(threshold=2, decay="linear"), "decay must be one of"),
         (lambda: EdgeStrategy(threshold=2, decay_a=0.0), "decay parameter a must be"),
         (lambda: EdgeStrategy(threshold=2, decay="hinge", decay_b=-1.0), "parameter b"),
         (lambda: EdgeStrategy(threshold=2, resume=True), "resume=True needs checkpoint_dir"),

@@ -1,0 +1,323 @@
+"""SemiAsyncStrategy: the base of EdgeStrategy and the FedBuff / FedAsync baselines.
+
+It subclasses Flower's :class:`~flwr.serverapp.strategy.Strategy` and overrides ``start()``
+(same signature, returns Flower's ``Result``) with the event loop of :mod:`strategies.loop`.
+Subclasses choose when to aggregate (:meth:`SemiAsyncStrategy.aggregation_due`) and how
+(:meth:`SemiAsyncStrategy.combine`). The options every strategy shares are typed once, in
+:class:`StrategyOptions`, so that subclasses pass them on without an untyped ``**options``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+from collections.abc import Callable, Iterable, Sequence
+from logging import INFO, WARNING
+from pathlib import Path
+from typing import TypedDict
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.common.logger import log
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Result, Strategy
+
+from flower_edge import wire
+from flower_edge.aggregation import WeightedSum, weighted_average
+from flower_edge.errors import ConfigError, InputError
+from flower_edge.staleness import make_decay
+from strategies.clock import Clock, WallClock
+from strategies.config import LoopConfig, ShareConfig, StopConfig, ValuationConfig
+from strategies.evaluation import EvaluateFn, NDArray, to_record
+from strategies.loop import EventLoop
+from strategies.records import (
+    AggregationRecord,
+    Combined,
+    JobEvent,
+    TrainReply,
+    Update,
+    parse_train_reply,
+)
+
+__all__ = ["SemiAsyncStrategy", "StrategyOptions"]
+
+
+class StrategyOptions(TypedDict, total=False):
+    """The keyword options every semi-asynchronous strategy takes (see SemiAsyncStrategy)."""
+
+    decay: str | Callable[[float], float]
+    decay_a: float | None
+    decay_b: float | None
+    loop: LoopConfig | None
+    shares: ShareConfig | None
+    valuation: ValuationConfig | None
+    stop: StopConfig | None
+    clock: Clock | None
+    checkpoint_dir: str | Path | None
+    resume: bool
+
+
+class SemiAsyncStrategy(Strategy):
+    """Base of the semi-asynchronous strategies: hooks, settings and ``start()``.
+
+    Parameters
+    ----------
+    threshold : int
+        ``K``. When an aggregation happens is the subclass's :meth:`aggregation_due`.
+    decay : str or callable (default: "polynomial")
+        ``g`` of the weights (see :func:`flower_edge.staleness.make_decay`).
+    decay_a, decay_b : float, optional
+        Parameters of a named decay (defaults of :class:`flower_edge.staleness.Decay`).
+    loop, shares, valuation, stop : option groups
+        See :mod:`strategies.config`.
+    clock : Clock, optional
+        Time source (default: :class:`~strategies.clock.WallClock`).
+    checkpoint_dir : path, optional
+        Folder for a checkpoint after each aggregation (and the audit log).
+    resume : bool (default: False)
+        Continue from the checkpoint in ``checkpoint_dir`` if there is one.
+    """
+
+    #: name used in logs and checkpoints
+    name = "semi-async"
+    #: whether :meth:`combine` reads the base models of the updates (deltas)
+    needs_bases = False
+
+    def __init__(
+        self,
+        threshold: int,
+        *,
+        decay: str | Callable[[float], float] = "polynomial",
+        decay_a: float | None = None,
+        decay_b: float | None = None,
+        loop: LoopConfig | None = None,
+        shares: ShareConfig | None = None,
+        valuation: ValuationConfig | None = None,
+        stop: StopConfig | None = None,
+        clock: Clock | None = None,
+        checkpoint_dir: str | Path | None = None,
+        resume: bool = False,
+    ) -> None:
+        if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1:
+            raise ConfigError(f"threshold K must be an integer >= 1, got {threshold!r}")
+        params = {k: v for k, v in (("a", decay_a), ("b", decay_b)) if v is not None}
+        self.threshold = threshold
+        self.decay_spec = decay
+        self.decay = make_decay(decay, **params)
+        self.loop = LoopConfig() if loop is None else loop
+        self.shares = ShareConfig() if shares is None else shares
+        self.valuation = ValuationConfig() if valuation is None else valuation
+        self.stop = StopConfig() if stop is None else stop
+        self.clock: Clock = WallClock() if clock is None else clock
+        if resume and checkpoint_dir is None:
+            raise ConfigError("resume=True needs checkpoint_dir")
+        self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
+        self.resume = resume
+        self.history: list[AggregationRecord] = []
+        self.events: list[JobEvent] = []
+        self.evaluate_fn_given = False
+
+    # ------------------------------------------------------------------ hooks
+    def aggregation_due(self, buffered: int) -> bool:
+        """Return whether ``buffered`` updates trigger an aggregation (seed: more than K)."""
+        return buffered > self.threshold
+
+    def combine(
+        self,
+        global_arrays: list[NDArray],
+        updates: Sequence[Update],
+        version: int,
+        bases: dict[int, list[NDArray]],
+    ) -> Combined:
+        """Return the new global model from the buffered updates.
+
+        The seed's rule: ``x = sum_i w_i x_i / sum_i w_i`` with ``w_i = c_i * g(dt_i)``.
+        ``bases`` maps every base version of ``updates`` to its global model (for baselines
+        that aggregate deltas).
+        """
+        total = WeightedSum(global_arrays)
+        weights = []
+        for update in updates:
+            weight = self.coefficient(update) * self.decay(update.delay)
+            total.add((update.node_id, update.job_id), list(update.arrays), weight, checked=True)
+            weights.append(weight)
+        return Combined(total.mean(), tuple(weights), total)
+
+    def coefficient(self, update: Update) -> float:
+        """Return ``c_i``, the weight coefficient of an update (``ShareConfig.weight_by``)."""
+        basis = self.shares.weight_by
+        if basis == "uniform":
+            return 1.0
+        if basis == "share" and update.share > 0:
+            return float(update.share)
+        return float(update.num_examples)
+
+    def min_nodes(self) -> int:
+        """Return the nodes to wait for: ``loop.min_nodes``, or the fewest that can trigger."""
+        trigger = next(n for n in range(1, self.threshold + 2) if self.aggregation_due(n))
+        return self.loop.min_nodes or trigger
+
+    def check_node_count(self, count: int) -> None:
+        """Raise ConfigError if ``count`` nodes can never reach the aggregation trigger."""
+        if not self.aggregation_due(count):
+            relation = "<=" if self.aggregation_due(self.threshold) else "<"
+            raise ConfigError(
+                f"threshold K = {self.threshold} must be {relation} the number of nodes "
+                f"({count}): the count of updates must be able to reach the trigger "
+                f"({self.trigger_text()})"
+            )
+
+    def values_enabled(self) -> bool:
+        """Return whether this strategy values participants (baselines do not)."""
+        return self.valuation.mode != "off"
+
+    def sends_values(self) -> bool:
+        """Return whether train messages carry the latest values."""
+        return True
+
+    # ------------------------------------------------------------------ Strategy API
+    def summary(self) -> None:
+        """Log the settings."""
+        log(
+            INFO,
+            "\t%s (K = %d; aggregates when buffered updates %s)",
+            type(self).__name__,
+            self.threshold,
+            self.trigger_text(),
+        )
+        log(INFO, "\t├── decay: %r", self.decay)
+        log(INFO, "\t├── loop: %s", self.loop)
+        log(INFO, "\t├── shares: %s", self.shares)
+        log(INFO, "\t├── valuation: %s", self.valuation)
+        if self.values_enabled() and not self.evaluate_fn_given:
+            log(
+                INFO,
+                "\t│   (no evaluate_fn: no leave-one-out values, every node gets the same value)",
+            )
+        log(INFO, "\t├── stop: %s", self.stop)
+        log(INFO, "\t├── clock: %r", self.clock)
+        log(INFO, "\t└── checkpoint: %s (resume: %s)", self.checkpoint_dir, self.resume)
+
+    def trigger_text(self) -> str:
+        """Describe the aggregation trigger for ``summary()``."""
+        return f"> K = {self.threshold}"
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """Build one train message per registered node (synchronous use; ``start`` does not)."""
+        cfg = ConfigRecord(dict(config))
+        cfg[wire.SERVER_ROUND] = server_round
+        return [
+            Message(RecordDict({wire.ARRAYS: arrays, wire.CONFIG: cfg}), node, MessageType.TRAIN)
+            for node in grid.get_node_ids()
+        ]
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Average valid replies by ``num-examples`` (synchronous use; bad replies dropped)."""
+        parsed: list[TrainReply] = []
+        keys: list[str] | None = None
+        for msg in replies:
+            if keys is None and msg.has_content() and msg.content.array_records:
+                keys = list(next(iter(msg.content.array_records.values())).keys())
+            try:
+                reply = parse_train_reply(msg, keys or [])
+            except InputError as exc:
+                log(
+                    WARNING,
+                    "round %s: rejected reply of node %s: %s",
+                    server_round,
+                    msg.metadata.src_node_id,
+                    exc,
+                )
+                continue
+            if reply.arrays is not None:
+                parsed.append(reply)
+        if not parsed or keys is None:
+            return None, None
+        arrays = weighted_average(
+            [list(r.arrays or ()) for r in parsed], [float(r.num_examples) for r in parsed]
+        )
+        metrics = MetricRecord({"participants": len(parsed)})
+        return to_record(keys, arrays), metrics
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """Return no messages: the semi-asynchronous loop evaluates on the server only."""
+        return []
+
+    def aggregate_evaluate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> MetricRecord | None:
+        """Return ``None``: no client-side evaluation."""
+        return None
+
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 3,
+        timeout: float = 3600,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn: EvaluateFn | None = None,
+    ) -> Result:
+        """Run the semi-asynchronous loop; ``num_rounds`` counts aggregations.
+
+        Parameters
+        ----------
+        grid : Grid
+            Flower's Grid (or :class:`~strategies.inprocess.InProcessGrid`).
+        initial_arrays : ArrayRecord
+            The initial global model.
+        num_rounds : int (default: 3)
+            Aggregations to run (the round budget).
+        timeout : float (default: 3600)
+            Real seconds after which an unanswered message is forgotten (also its TTL).
+        train_config : ConfigRecord, optional
+            Extra config sent with every train message.
+        evaluate_config : ConfigRecord, optional
+            Unused (no client-side evaluation); accepted for signature compatibility.
+        evaluate_fn : callable, optional
+            ``evaluate_fn(round, arrays) -> MetricRecord``: server-side evaluation, used for
+            the Result, leave-one-out values and convergence.
+
+        Returns
+        -------
+        Result
+            ``evaluate_metrics_serverapp[r]`` and ``train_metrics_clientapp[r]`` per
+            aggregation ``r`` (``participants``, ``mean-staleness``, ``clock-time``,
+            ``value-<node id>``, ``weight-<node id>``, ...).
+        """
+        if isinstance(num_rounds, bool) or not isinstance(num_rounds, int) or num_rounds < 0:
+            raise ConfigError(f"num_rounds must be an integer >= 0, got {num_rounds!r}")
+        if not (isinstance(timeout, int | float) and timeout > 0 and math.isfinite(timeout)):
+            raise ConfigError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
+        if len(initial_arrays) == 0:
+            raise ConfigError("initial_arrays must hold at least one array")
+        for key in initial_arrays:
+            kind: str = "?"
+            with contextlib.suppress(TypeError):
+                kind = np.dtype(initial_arrays[key].dtype).kind
+            if kind not in "fiub":
+                raise ConfigError(
+                    f"initial_arrays[{key!r}] has dtype {initial_arrays[key].dtype!r}; "
+                    "arrays must be numeric (float, int, uint or bool)"
+                )
+        self.evaluate_fn_given = evaluate_fn is not None
+        self.history.clear()
+        self.events.clear()
+        log(INFO, "Starting %s strategy:", type(self).__name__)
+        log(INFO, "\t├── Number of rounds (aggregations): %d", num_rounds)
+        self.summary()
+        run = EventLoop(
+            self, grid, initial_arrays, num_rounds, float(timeout), train_config, evaluate_fn
+        )
+        result = run.execute()
+        for line in io.StringIO(str(result)):
+            log(INFO, "\t%s", line.strip("\n"))
+        return result

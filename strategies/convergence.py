@@ -1,0 +1,79 @@
+"""When a run stops: the round and time budgets, a target metric, a plateau of the metric.
+
+:class:`ConvergenceStop` is asked after every event whether the run is finished and is shown
+the test metric after every aggregation. The first reason that applies is kept (and logged by
+the loop); the loop may also stop it for its own reasons (nothing can happen any more).
+"""
+
+from __future__ import annotations
+
+from strategies.config import StopConfig
+
+__all__ = ["ConvergenceStop"]
+
+
+class ConvergenceStop:
+    """The stop rule of one run.
+
+    Parameters
+    ----------
+    config : StopConfig
+        Target and plateau (patience, min_delta).
+    higher_is_better : bool
+        Direction of the metric.
+    num_rounds : int
+        The round budget (aggregations).
+    time_budget : float, optional
+        Clock seconds since the start after which the run stops.
+    """
+
+    def __init__(
+        self,
+        config: StopConfig,
+        *,
+        higher_is_better: bool,
+        num_rounds: int,
+        time_budget: float | None,
+    ) -> None:
+        self.config = config
+        self.sign = 1.0 if higher_is_better else -1.0
+        self.num_rounds = num_rounds
+        self.time_budget = time_budget
+        self.best: float | None = None
+        self.since_best = 0
+        self.reason = ""
+
+    def stop(self, reason: str) -> None:
+        """Stop the run for ``reason`` (unless it already stopped)."""
+        if not self.reason:
+            self.reason = reason
+
+    def finished(self, version: int, elapsed: float) -> bool:
+        """Return whether the run is over after ``version`` aggregations and ``elapsed`` s."""
+        if self.reason:
+            return True
+        if version >= self.num_rounds:
+            self.reason = "round budget"
+            return True
+        if self.time_budget is not None and elapsed >= self.time_budget:
+            self.reason = "time budget"
+            return True
+        return False
+
+    def observe(self, metric: float | None) -> None:
+        """Take the test metric of a new global model (``None``: not evaluated)."""
+        if metric is None:
+            return
+        stop = self.config
+        if stop.target is not None and self.sign * (metric - stop.target) >= 0:
+            self.stop(f"target {stop.target} reached ({metric})")
+            return
+        if self.best is None or self.sign * (metric - self.best) > stop.min_delta:
+            self.best = metric
+            self.since_best = 0
+        else:
+            self.since_best += 1
+            if stop.patience is not None and self.since_best >= stop.patience:
+                self.stop(
+                    f"plateau: no improvement > {stop.min_delta} in {stop.patience} aggregations"
+                )

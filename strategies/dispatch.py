@@ -1,0 +1,190 @@
+"""Outgoing train messages: new jobs, message contents, pushes and the in-flight table.
+
+:class:`Dispatcher` hands out job ids (unique across resumes: the k-th resume starts at
+``k * JOB_EPOCH``), builds each train message (global version, job id, sample share, slice
+budget, match ratio, send time, the latest values, and the global arrays when the node does
+not have them yet), pushes them, and tracks every accepted message until its reply is pulled
+(``inflight``) and processed (``open``). A message the grid refuses is logged; its node
+waits for the next version. With a soft deadline, every send also queues a deadline event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from logging import WARNING
+
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.common.logger import log
+from flwr.serverapp import Grid
+
+from flower_edge import wire
+from strategies.clock import Clock
+from strategies.config import LoopConfig
+from strategies.events import DEADLINE, DeadlineEvent, EventQueue, Sent
+from strategies.membership import Job, Node
+from strategies.records import EventKind
+
+__all__ = ["JOB_EPOCH", "Dispatcher", "Recorder", "Values"]
+
+JOB_EPOCH = 1_000_000_000  # job ids of the k-th resume start at k * JOB_EPOCH
+
+#: ``record(node_id, job_id, kind, version)``: appends a JobEvent to the timeline
+Recorder = Callable[[int, int, EventKind, int], None]
+#: round, node ids and values of the last aggregation, as sent to the clients
+Values = tuple[int, list[int], list[float]]
+
+
+class Dispatcher:
+    """Send train messages and track the ones awaiting a reply.
+
+    Parameters
+    ----------
+    grid : Grid
+        Flower's grid.
+    clock : Clock
+        The run's clock.
+    loop : LoopConfig
+        ``slice_budget`` and ``deadline``.
+    queue : EventQueue
+        Where deadline events go (and the source of send sequence numbers).
+    timeout : float
+        Real seconds after which an unanswered message is forgotten (its TTL).
+    train_config : ConfigRecord
+        Extra config of every train message.
+    sends_values : bool
+        Whether messages carry the latest values.
+    record : Recorder
+        Timeline callback.
+    name : str
+        Strategy name for the logs.
+    """
+
+    def __init__(
+        self,
+        grid: Grid,
+        clock: Clock,
+        loop: LoopConfig,
+        queue: EventQueue,
+        timeout: float,
+        train_config: ConfigRecord,
+        *,
+        sends_values: bool,
+        record: Recorder,
+        name: str,
+    ) -> None:
+        self.grid = grid
+        self.clock = clock
+        self.loop = loop
+        self.queue = queue
+        self.timeout = timeout
+        self.train_config = train_config
+        self.sends_values = sends_values
+        self.record = record
+        self.name = name
+        self.inflight: dict[str, Sent] = {}  # sent, reply not yet pulled
+        self.open: dict[str, Sent] = {}  # sent, reply not yet processed
+        self.jobs = 0
+        self.job_base = 0
+
+    def last_job_id(self) -> int:
+        """Return the last job id handed out."""
+        return self.job_base + self.jobs
+
+    def resume_after(self, last_job_id: int) -> None:
+        """Start job ids at the next multiple of :data:`JOB_EPOCH` above ``last_job_id``."""
+        self.job_base = (last_job_id // JOB_EPOCH + 1) * JOB_EPOCH
+
+    def start_jobs(
+        self, nodes: Iterable[Node], version: int, arrays: ArrayRecord, values: Values
+    ) -> None:
+        """Send a new job, with the global ``arrays``, to every node ready for ``version``."""
+        messages: list[tuple[Message, Node, Job, int]] = []
+        for node in nodes:
+            if not node.ready(version):
+                continue
+            self.jobs += 1
+            job = Job(self.last_job_id(), node.share, self.clock.now(), version)
+            node.job = job
+            node.late = False
+            message = self.message(node, job, version, arrays, values)
+            messages.append((message, node, job, version))
+        self.push(messages, version)
+
+    def continue_job(
+        self, node: Node, job: Job, version: int, arrays: ArrayRecord, values: Values
+    ) -> None:
+        """Send the next slice of ``job``, with ``arrays`` only if the node lacks ``version``."""
+        newer = version > max(job.delivered)
+        message = self.message(node, job, version, arrays if newer else None, values)
+        self.push([(message, node, job, version if newer else -1)], version)
+
+    def message(
+        self, node: Node, job: Job, version: int, arrays: ArrayRecord | None, values: Values
+    ) -> Message:
+        """Build the train message of ``job`` (``arrays``: the global model, or None)."""
+        cfg = ConfigRecord(dict(self.train_config))
+        cfg[wire.SERVER_ROUND] = version + 1
+        cfg[wire.GLOBAL_VERSION] = version
+        cfg[wire.JOB_ID] = job.job_id
+        if job.share > 0:  # 0 = unknown: the client uses its own default
+            cfg[wire.SAMPLE_SHARE] = job.share
+        cfg[wire.SLICE_BUDGET] = float(self.loop.slice_budget)
+        cfg[wire.MATCH_RATIO] = float(node.ratio)
+        cfg[wire.SEND_TIME] = float(self.clock.now())
+        if self.sends_values:
+            rnd, ids, vals = values
+            cfg[wire.VALUE_NODE_IDS] = list(ids)
+            cfg[wire.VALUES] = list(vals)
+            cfg[wire.VALUES_ROUND] = rnd
+        content = RecordDict({wire.CONFIG: cfg})
+        if arrays is not None:
+            content[wire.ARRAYS] = arrays
+        return Message(
+            content, node.node_id, MessageType.TRAIN, ttl=self.timeout, group_id=str(version + 1)
+        )
+
+    def push(self, messages: list[tuple[Message, Node, Job, int]], version: int) -> None:
+        """Push ``(message, node, job, version carried or -1)``; track the accepted ones."""
+        if not messages:
+            return
+        accepted = set(self.grid.push_messages([m for m, _, _, _ in messages]))
+        now, real = self.clock.now(), self.clock.real_now()
+        for msg, node, job, carried in messages:
+            msg_id = msg.metadata.message_id
+            if msg_id not in accepted:
+                log(
+                    WARNING,
+                    "%s: grid refused a message to node %s; it waits for the next version",
+                    self.name,
+                    node.node_id,
+                )
+                self.record(node.node_id, job.job_id, "refused", version)
+                node.job = None
+                node.last_base = version
+                continue
+            if carried >= 0:
+                job.delivered[carried] = now
+            sent = Sent(msg_id, node.node_id, job.job_id, now, real, self.queue.next_seq())
+            node.outstanding = msg_id
+            self.inflight[msg_id] = sent
+            self.open[msg_id] = sent
+            if self.loop.deadline is not None:
+                self.queue.push(now + self.loop.deadline, DEADLINE, DeadlineEvent(sent))
+            self.record(node.node_id, job.job_id, "sent", version)
+
+    def pull(self) -> list[Message]:
+        """Pull the replies that have arrived (non-blocking)."""
+        return list(self.grid.pull_messages(list(self.inflight))) if self.inflight else []
+
+    def expire(self) -> list[Sent]:
+        """Forget and return the messages unanswered for ``timeout`` real seconds."""
+        real = self.clock.real_now()
+        expired = [s for s in self.inflight.values() if real - s.real_send >= self.timeout]
+        for sent in expired:
+            del self.inflight[sent.message_id]
+            self.open.pop(sent.message_id, None)
+        return expired
+
+    def oldest_real_send(self) -> float | None:
+        """Return the real send time of the oldest message in flight (None if none)."""
+        return min((s.real_send for s in self.inflight.values()), default=None)

@@ -1,0 +1,154 @@
+"""Server-side evaluation of the global model and the participants' values (seed 001, step 4).
+
+:class:`ServerEvaluation` calls the ``evaluate_fn`` given to ``start()``, reads the metric the
+run values and stops on (``ValuationConfig.metric_key``), and values the participants of an
+aggregation: exact leave-one-out (one evaluation per participant of the global model without
+it, a subtraction from the running weighted sum; or one batched ``evaluate_many_fn`` call) or
+the first-order estimate from one gradient. A failed valuation falls back to equal values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from logging import WARNING
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from flwr.app import Array, ArrayRecord, MetricRecord
+from flwr.common.logger import log
+
+from flower_edge.aggregation import WeightedSum
+from flower_edge.errors import ConfigError, FlowerEdgeError, InputError
+from flower_edge.valuation import (
+    first_order_contributions,
+    leave_one_out_values,
+    values_from_contributions,
+)
+from strategies.config import ValuationConfig
+from strategies.records import AggregationRecord
+
+__all__ = ["EvaluateFn", "ServerEvaluation", "to_record"]
+
+NDArray = npt.NDArray[Any]
+EvaluateFn = Callable[[int, ArrayRecord], MetricRecord | None]
+
+
+def to_record(keys: Sequence[str], arrays: Sequence[NDArray]) -> ArrayRecord:
+    """Return an ArrayRecord of ``arrays`` named ``keys``."""
+    return ArrayRecord({k: Array(np.asarray(a)) for k, a in zip(keys, arrays, strict=True)})
+
+
+class ServerEvaluation:
+    """Evaluate global models on the server and value the participants.
+
+    Parameters
+    ----------
+    evaluate_fn : callable, optional
+        ``evaluate_fn(round, arrays) -> MetricRecord``; without it nothing is evaluated and
+        every participant gets the same value.
+    keys : tuple[str, ...]
+        Array names of the global model.
+    config : ValuationConfig
+        Mode, metric key and direction, batched and gradient functions.
+    enabled : bool
+        Whether the strategy values participants at all.
+    name : str
+        Strategy name for the logs.
+    """
+
+    def __init__(
+        self,
+        evaluate_fn: EvaluateFn | None,
+        keys: tuple[str, ...],
+        config: ValuationConfig,
+        *,
+        enabled: bool,
+        name: str,
+    ) -> None:
+        self.evaluate_fn = evaluate_fn
+        self.keys = keys
+        self.config = config
+        self.enabled = enabled
+        self.name = name
+        self.values: dict[int, float] = {}
+        #: round, node ids and values of the last aggregation, as sent to the clients
+        self.last_values: tuple[int, list[int], list[float]] = (0, [], [])
+
+    def record_values(self, record: AggregationRecord) -> None:
+        """Keep each participant's latest value (summed over its updates) to send out."""
+        per_node: dict[int, float] = {}
+        for node_id, value in zip(record.participants, record.values, strict=True):
+            per_node[node_id] = per_node.get(node_id, 0.0) + value
+        self.values.update(per_node)
+        ids = sorted(per_node)
+        self.last_values = (record.round, ids, [per_node[i] for i in ids])
+
+    def evaluate(self, rnd: int, arrays: Sequence[NDArray]) -> MetricRecord | None:
+        """Return ``evaluate_fn``'s metrics of ``arrays`` (``None`` without one)."""
+        if self.evaluate_fn is None:
+            return None
+        return self.evaluate_fn(rnd, to_record(self.keys, arrays))
+
+    def check_metric_key(self, metrics: MetricRecord, *, needed: bool) -> None:
+        """Raise ConfigError if the metric the run needs is missing from ``metrics``."""
+        key = self.config.metric_key
+        if (needed or self.enabled) and key not in metrics:
+            raise ConfigError(
+                f"evaluate_fn returned no metric {key!r} (valuation metric_key); it returned "
+                f"{sorted(metrics.keys())}"
+            )
+
+    def metric(self, metrics: MetricRecord | None) -> float | None:
+        """Return the value of the metric key in ``metrics``, if it is a number."""
+        if metrics is None:
+            return None
+        value = metrics.get(self.config.metric_key)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        return float(value)
+
+    def valuate(
+        self, rnd: int, total: WeightedSum | None, count: int, metrics: MetricRecord | None
+    ) -> tuple[list[float], list[float]]:
+        """Return the contributions and values of the ``count`` updates summed in ``total``."""
+        equal = ([0.0] * count, [1.0 / count] * count)
+        full = self.metric(metrics)
+        cfg = self.config
+        if not self.enabled or full is None or total is None or count < 2:
+            return equal
+        try:
+            if cfg.mode == "first-order" and cfg.gradient_fn is not None:
+                gradient = cfg.gradient_fn(to_record(self.keys, total.mean()))
+                contributions = first_order_contributions([np.asarray(g) for g in gradient], total)
+                return contributions.tolist(), values_from_contributions(
+                    contributions.tolist()
+                ).tolist()
+            without = self.metrics_without(rnd, total)
+            contrib, vals = leave_one_out_values(
+                full, without, higher_is_better=cfg.higher_is_better
+            )
+            return contrib.tolist(), vals.tolist()
+        except (InputError, FlowerEdgeError) as exc:
+            log(WARNING, "%s round %d: valuation failed (%s): equal values", self.name, rnd, exc)
+            return equal
+
+    def metrics_without(self, rnd: int, total: WeightedSum) -> list[float]:
+        """Return the metric of the global model without each update (leave-one-out)."""
+        many = self.config.evaluate_many_fn
+        if many is not None:
+            records = [to_record(self.keys, arrays) for _, arrays in total.means_without()]
+            results = list(many(rnd, records))
+            if len(results) != len(records):
+                raise InputError(
+                    f"evaluate_many_fn returned {len(results)} results for {len(records)} models"
+                )
+        else:
+            results = [self.evaluate(rnd, arrays) for _, arrays in total.means_without()]
+        without: list[float] = []
+        for key, metrics in zip(total.keys, results, strict=True):
+            metric = self.metric(metrics)
+            if metric is None:
+                raise InputError(f"no {self.config.metric_key!r} for the model without {key}")
+            without.append(metric)
+        return without
