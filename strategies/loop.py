@@ -347,7 +347,7 @@ class EventLoop:
             self._reject(node, job.job_id, event.reason or "unparsable reply")
             return
         reply = event.reply
-        reason = self._protocol_problem(reply, job)
+        reason = job.mismatch(reply)
         if reason is not None:
             self._reject(node, job.job_id, reason)
             return
@@ -355,18 +355,6 @@ class EventLoop:
             self._on_progress(node, job, reply)
         else:
             self._on_finished(node, job, reply, when)
-
-    @staticmethod
-    def _protocol_problem(reply: TrainReply, job: Job) -> str | None:
-        """Return why a reply does not fit its job (``None`` if it does)."""
-        if reply.job_id is not None and reply.job_id != job.job_id:
-            return f"job id {reply.job_id} but the message was for job {job.job_id}"
-        if reply.base_version is not None and reply.base_version not in job.delivered:
-            return (
-                f"base version {reply.base_version} was never sent to this node "
-                f"(sent: {sorted(job.delivered)})"
-            )
-        return None
 
     def _on_progress(self, node: Node, job: Job, reply: TrainReply) -> None:
         """Answer a slice report with the next slice (and the newest global if newer)."""

@@ -22,6 +22,7 @@ from flwr.serverapp import Grid
 from flower_edge.errors import ConfigError
 from strategies.clock import Clock
 from strategies.config import LoopConfig
+from strategies.records import TrainReply
 
 __all__ = ["Job", "Membership", "Node"]
 
@@ -52,6 +53,17 @@ class Job:
     base_version: int
     delivered: dict[int, float] = field(default_factory=dict)
     abandoned: int = 0
+
+    def mismatch(self, reply: TrainReply) -> str | None:
+        """Return why ``reply`` does not belong to this job (``None`` if it does)."""
+        if reply.job_id is not None and reply.job_id != self.job_id:
+            return f"job id {reply.job_id} but the message was for job {self.job_id}"
+        if reply.base_version is not None and reply.base_version not in self.delivered:
+            return (
+                f"base version {reply.base_version} was never sent to this node "
+                f"(sent: {sorted(self.delivered)})"
+            )
+        return None
 
 
 @dataclass
