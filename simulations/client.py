@@ -109,11 +109,13 @@ def _dispatch(settings: SimSettings | None, msg: Message, ctx: Context) -> Messa
 
 
 @lru_cache(maxsize=4)
-def _settings_from_items(items: tuple[tuple[str, Any], ...]) -> SimSettings:
-    return SimSettings.from_run_config(dict(items))
+def _settings_from_items(items: tuple[tuple[str, Any], ...], nodes: object) -> SimSettings:
+    from simulations.federation import client_settings
+
+    return client_settings(dict(items), {wire.NUM_PARTITIONS: nodes})
 
 
 def _settings_from_context(ctx: Context) -> SimSettings:
     keys = set(RUN_CONFIG_DEFAULTS)
     items = tuple(sorted((k, v) for k, v in ctx.run_config.items() if k in keys))
-    return _settings_from_items(items)
+    return _settings_from_items(items, ctx.node_config.get(wire.NUM_PARTITIONS))

@@ -260,7 +260,12 @@ def make_server_app(
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        s = settings if settings is not None else SimSettings.from_run_config(context.run_config)
+        if settings is not None:
+            s = settings
+        else:  # flwr run .: the run's clients are the federation's SuperNodes (or an error)
+            from simulations.federation import federation_size, sized_settings
+
+            s = sized_settings(context.run_config, federation_size(grid.get_node_ids))
         result = run_server(grid, s, progress)
         if sink is not None:
             sink(result)
