@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 import numpy as np
+import numpy.typing as npt
 import torch
 from flwr.common.logger import log
 from torch.utils.data import TensorDataset
@@ -49,7 +50,10 @@ __all__ = [
 ]
 
 DATASETS: tuple[str, ...] = ("digits", "mnist1d")
-Partitioning = Literal["iid", "dirichlet"]
+Partitioning = Literal["iid", "dirichlet", "client-dirichlet"]
+"""``dirichlet``: Flower's per-class Dirichlet split (partition sizes vary; with many partitions
+and a small alpha it cannot give every partition a few samples); ``client-dirichlet``: equal
+partition sizes, each with its own class mix drawn from ``Dir(alpha)`` (Hsu et al., 2019)."""
 
 _INFO: dict[str, tuple[int, int, str]] = {
     "digits": (64, 10, "mlp"),
@@ -160,6 +164,8 @@ def _partition_indices(
         raise InputError(
             f"num_partitions must be in [1, {len(y)}] for dataset {name!r}, got {num_partitions}"
         )
+    if partitioning == "client-dirichlet":
+        return _client_dirichlet(np.asarray(y), num_partitions, alpha, seed)
     table = Dataset.from_dict({"idx": np.arange(len(y)), "label": y})
     partitioner: IidPartitioner | DirichletPartitioner
     if partitioning == "iid":
@@ -187,6 +193,34 @@ def _partition_indices(
                 f"could not partition {name!r} into {num_partitions} partitions with "
                 f"dirichlet alpha={alpha}: {exc} (increase alpha or use fewer partitions)"
             ) from exc
+    return tuple(out)
+
+
+def _client_dirichlet(
+    y: npt.NDArray[Any], num_partitions: int, alpha: float, seed: int
+) -> tuple[tuple[int, ...], ...]:
+    """Equal-size partitions, each drawing its labels from its own mix ``q ~ Dir(alpha)``.
+
+    Hsu, Qi and Brown (2019), "Measuring the effects of non-identical data distribution for
+    federated visual classification": partition i gets ``len(y) // n`` samples (the first
+    ``len(y) % n`` one more), each drawn without replacement from class ``c`` with
+    probability ``q_c`` renormalised over the classes that still have samples.
+    """
+    rng = np.random.default_rng(seed)
+    classes = np.unique(y)
+    pools = [list(rng.permutation(np.flatnonzero(y == c))) for c in classes]
+    n = len(y)
+    out: list[tuple[int, ...]] = []
+    for pid in range(num_partitions):
+        size = n // num_partitions + (1 if pid < n % num_partitions else 0)
+        mix = rng.dirichlet([alpha] * len(classes))
+        taken: list[int] = []
+        for _ in range(size):
+            left = np.array([len(pool) > 0 for pool in pools], dtype=np.float64)
+            probs = mix * left if (mix * left).sum() > 0 else left
+            c = int(rng.choice(len(classes), p=probs / probs.sum()))
+            taken.append(int(pools[c].pop()))
+        out.append(tuple(sorted(taken)))
     return tuple(out)
 
 
@@ -266,8 +300,9 @@ def load_partition(
         This node's partition, in ``[0, num_partitions)``.
     num_partitions : int
         Number of partitions of the federated pool (>= 1, at most the pool size).
-    partitioning : {"iid", "dirichlet"} (default: "iid")
-        IID (seeded shuffle, then equal contiguous shards) or label-skewed Dirichlet.
+    partitioning : {"iid", "dirichlet", "client-dirichlet"} (default: "iid")
+        IID (seeded shuffle, then equal contiguous shards), label-skewed Dirichlet per class
+        (Flower's partitioner), or equal shards with a Dirichlet label mix per partition.
     alpha : float (default: 0.5)
         Dirichlet concentration (> 0; smaller is more skewed). Ignored for IID.
     seed : int (default: 0)
@@ -378,6 +413,8 @@ def load_flwr_dataset(
         raise ConfigError(
             f"partitioning must be one of {', '.join(get_args(Partitioning))}, got {partitioning!r}"
         )
+    if partitioning == "client-dirichlet":
+        raise ConfigError("partitioning 'client-dirichlet' is for the bundled data sets only")
     partitioner = (
         IidPartitioner(num_partitions=num_partitions)
         if partitioning == "iid"

@@ -7,6 +7,10 @@ name            what
                 The default and the README's main job (a few minutes on 2 cores).
 ``mnist1d-100`` MNIST-1D (generated offline), 1-D CNN, 100 clients, non-IID Dirichlet
                 0.5, 100x compute spread, a third of the devices flaky.
+``mnist1d-200-  MNIST-1D, 1-D CNN, 200 clients of 20 samples, each with its own label mix
+skew``          drawn from Dirichlet 0.1 (``client-dirichlet``: Flower's per-class split
+                cannot give 200 partitions a few samples each at alpha 0.1), 100x compute
+                spread, 40 % of the devices flaky.
 ==============  =========================================================================
 
 Every scenario can be resized (``clients``) and made more or less heterogeneous
@@ -47,7 +51,7 @@ STRATEGIES: tuple[str, ...] = get_args(StrategyName)
 #: how a scenario runs: Flower's simulation engine (Ray) or one process without Ray
 Engine = Literal["ray", "inprocess"]
 ENGINES: tuple[str, ...] = get_args(Engine)
-Partition = Literal["iid", "dirichlet"]
+Partition = Literal["iid", "dirichlet", "client-dirichlet"]
 PARTITIONS: tuple[str, ...] = get_args(Partition)
 
 #: training samples of each bundled data set (the partitioners split these)
@@ -70,10 +74,10 @@ class Scenario:
         Bundled model name (``flower_edge.models``).
     num_clients : int
         Number of virtual clients (SuperNodes), one device each.
-    partition : {"iid", "dirichlet"}
+    partition : {"iid", "dirichlet", "client-dirichlet"}
         How the training data is split over the clients.
     dirichlet_alpha : float
-        Concentration of the Dirichlet label partition (``partition == "dirichlet"``).
+        Concentration of the Dirichlet label partition (``"dirichlet"``, ``"client-dirichlet"``).
     heterogeneity : float
         Fastest over slowest device compute speed (>= 1).
     gpu_fraction : float
@@ -243,6 +247,30 @@ SCENARIOS: dict[str, Scenario] = {
         mean_offline=30.0,
         threshold=10,
         target_accuracy=0.4,
+        update_budget=2000,
+        batch_size=8,
+        learning_rate=0.1,
+        local_epochs=2,
+        slice_budget=2.0,
+    ),
+    "mnist1d-200-skew": Scenario(
+        name="mnist1d-200-skew",
+        description=(
+            "MNIST-1D, 1-D CNN, 200 clients, Dirichlet 0.1 label mix per client, "
+            "100x compute spread, 40% flaky"
+        ),
+        dataset="mnist1d",
+        model="cnn1d",
+        num_clients=200,
+        partition="client-dirichlet",
+        dirichlet_alpha=0.1,
+        heterogeneity=100.0,
+        gpu_fraction=0.1,
+        flaky_fraction=0.4,
+        mean_online=120.0,
+        mean_offline=30.0,
+        threshold=10,
+        target_accuracy=0.35,
         update_budget=2000,
         batch_size=8,
         learning_rate=0.1,
