@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from flower_edge import validate
 from flower_edge.errors import InputError
 
 __all__ = ["MODELS", "CNN", "CNN1D", "MLP", "ResNet18", "TransformerClassifier", "build_model"]
@@ -79,8 +80,7 @@ class CNN(nn.Module):
         self, in_channels: int = 1, image_size: int = 8, num_classes: int = 10, width: int = 16
     ) -> None:
         super().__init__()
-        if image_size < 4:
-            raise InputError(f"image_size must be >= 4, got {image_size}")
+        validate.integer("image_size", image_size, low=4, error=InputError)
         self.features = nn.Sequential(
             nn.Conv2d(in_channels, width, kernel_size=3, padding=1),
             nn.BatchNorm2d(width),

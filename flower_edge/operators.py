@@ -71,6 +71,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from flower_edge import validate
 from flower_edge.errors import InputError
 
 __all__ = [
@@ -569,8 +570,7 @@ def analyze_model(
         ``model`` is not a module, ``example_input`` not a tensor, an unknown ``share``, the
         input does not fit the model, or the step executes no operator.
     """
-    if share not in SHARES:
-        raise InputError(f"share must be one of {SHARES}, got {share!r}")
+    validate.choice("share", share, SHARES, error=InputError)
     if not isinstance(model, nn.Module):
         raise InputError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if not isinstance(example_input, torch.Tensor):

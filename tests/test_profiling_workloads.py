@@ -246,7 +246,7 @@ def test_sampler_thread_reads_until_stopped() -> None:
 
 
 def test_sampler_rejects_bad_interval() -> None:
-    with pytest.raises(ValueError, match="interval must be > 0 seconds"):
+    with pytest.raises(ValueError, match="interval must be > 0, got"):
         UtilizationSampler(FixedCounter(), interval=0)
 
 
@@ -422,3 +422,65 @@ def test_cpu_counter_is_busy_share_without_double_counted_guest_time(
     counter = CpuCounter()
     # total 100 -> 160 (guest is inside user), busy (not idle, not iowait) 15 -> 55
     assert counter.read() == pytest.approx(40 / 60)
+
+
+# ---------------------------------------------------------------- sizing hooks of the train workloads
+
+
+def test_resize_changes_the_work_per_step() -> None:
+    dense = DenseWorkload("cpu", batch=4)
+    dense.prepare(4)
+    dense.resize(16)
+    assert dense.batch == 16
+    assert dense._x is not None
+    assert dense._x.shape == (16, 784)
+    assert dense.run(40) == 40  # steps of 16, 16, 8
+    dense.close()
+    with pytest.raises(RuntimeError, match="prepare"):
+        dense.resize(8)
+    with pytest.raises(ValueError, match="batch must be an integer >= 1"):
+        DenseWorkload("cpu", batch=0)
+    with pytest.raises(ValueError, match="precision must be one of"):
+        DenseWorkload("cpu", precision="fp8")  # type: ignore[arg-type]
+
+
+def test_out_of_device_memory_becomes_memory_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    dense = DenseWorkload("cpu", batch=4)
+    dense.prepare(4)
+
+    def oom(*args: object) -> None:
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(dense, "_make_batch", oom)
+    with pytest.raises(MemoryError, match="out of device memory at batch 4"):
+        dense.resize(1 << 20)
+    assert dense.batch == 4  # unchanged; the batch was dropped and must be resized again
+    assert dense._x is None
+    conv = ConvWorkload("cpu", batch=2)
+    conv.prepare(2)
+    monkeypatch.setattr(conv, "_steps", oom)
+    with pytest.raises(MemoryError, match="gpu|cpu-conv"):
+        conv.run(4)
+    other = DenseWorkload("cpu", batch=2)
+    other.prepare(2)
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("an unrelated failure")
+
+    monkeypatch.setattr(other, "_steps", broken)
+    with pytest.raises(RuntimeError, match="unrelated"):
+        other.run(2)
+
+
+def test_mixed_precision_restores_the_global_tf32_flags() -> None:
+    from flower_edge.profiling.workloads import _precision
+
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    with _precision(SimpleNamespace(type="cuda"), "auto"):  # type: ignore[arg-type]
+        assert torch.backends.cuda.matmul.allow_tf32
+        assert torch.backends.cudnn.allow_tf32
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+    with _precision(SimpleNamespace(type="cuda"), "fp32"):  # type: ignore[arg-type]
+        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+    with _precision(torch.device("cpu"), "auto"):
+        assert not torch.is_autocast_enabled("cpu")

@@ -47,6 +47,8 @@ from typing import Any, Protocol
 
 import psutil
 
+from flower_edge import validate
+
 __all__ = [
     "CpuCounter",
     "Counter",
@@ -112,9 +114,9 @@ class MemoryCounter:
     """
 
     def __init__(self, reference_bandwidth: float) -> None:
-        if not reference_bandwidth > 0:
-            raise ValueError(f"reference_bandwidth must be > 0, got {reference_bandwidth}")
-        self.reference_bandwidth = float(reference_bandwidth)
+        self.reference_bandwidth = validate.number(
+            "reference_bandwidth", reference_bandwidth, low=0.0, low_inclusive=False
+        )
         self._lock = threading.Lock()
         self._moved = 0
         self._seen = 0
@@ -230,10 +232,8 @@ class UtilizationSampler:
     """
 
     def __init__(self, counter: Counter, interval: float = 0.05) -> None:
-        if not interval > 0:
-            raise ValueError(f"interval must be > 0 seconds, got {interval}")
         self.counter = counter
-        self.interval = float(interval)
+        self.interval = validate.number("interval", interval, low=0.0, low_inclusive=False)
         self._readings: list[tuple[float, float]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
