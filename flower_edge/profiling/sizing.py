@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
-from flower_edge.errors import ConfigError
+from flower_edge import validate
 
 __all__ = [
     "STOP_REASONS",
@@ -88,26 +88,15 @@ class SizingPolicy:
     min_gain: float = 1.1
 
     def __post_init__(self) -> None:
-        for name in ("start", "max_work", "factor"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ConfigError(f"{name} must be an integer, got {value!r}")
-        if self.start < 1:
-            raise ConfigError(f"start must be >= 1, got {self.start}")
-        if self.max_work < self.start:
-            raise ConfigError(f"max_work must be >= start ({self.start}), got {self.max_work}")
-        if not 2 <= self.factor <= 64:
-            raise ConfigError(f"factor must be in [2, 64], got {self.factor}")
+        validate.integer("start", self.start, low=1)
+        validate.integer("max_work", self.max_work, low=self.start)
+        validate.integer("factor", self.factor, low=2, high=64)
         for name in ("step_budget", "total_budget"):
-            value = getattr(self, name)
-            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-                raise ConfigError(f"{name} must be a finite number of seconds > 0, got {value!r}")
-        if not 0 < self.target_utilization <= 1:
-            raise ConfigError(
-                f"target_utilization must be in (0, 1], got {self.target_utilization!r}"
-            )
-        if not 1 <= self.min_gain <= self.factor:
-            raise ConfigError(f"min_gain must be in [1, {self.factor}], got {self.min_gain!r}")
+            validate.number(f"{name} (seconds)", getattr(self, name), low=0.0, low_inclusive=False)
+        validate.number(
+            "target_utilization", self.target_utilization, low=0.0, high=1.0, low_inclusive=False
+        )
+        validate.number("min_gain", self.min_gain, low=1.0, high=float(self.factor))
 
 
 @dataclass(frozen=True)
@@ -286,7 +275,6 @@ def timed_capacity(step: SizingStep, run_budget: float) -> int:
     """
     if step.failed:
         raise ValueError(f"the step of work {step.work} failed; it has no rate")
-    if not run_budget > 0:
-        raise ConfigError(f"run_budget must be > 0 seconds, got {run_budget!r}")
+    validate.number("run_budget (seconds)", run_budget, low=0.0, low_inclusive=False)
     steps = max(1, math.floor(run_budget / step.step_seconds))
     return step.work * steps
