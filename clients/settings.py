@@ -6,13 +6,12 @@ absent takes the :class:`~clients.task.Task` default (training) or the default b
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
 from clients.task import Task
-from flower_edge.errors import ConfigError
+from flower_edge import validate
 
 __all__ = [
     "ALPHA",
@@ -81,31 +80,22 @@ class ClientSettings:
             If a key has the wrong type or is out of range (the message names it).
         """
 
-        def real(key: str, default: float) -> float:
-            value = run_config.get(key, default)
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ConfigError(f"run config {key!r} must be a number, got {value!r}")
-            if math.isnan(value):
-                raise ConfigError(f"run config {key!r} must be a number, got nan")
-            return float(value)
-
         def integer(key: str, default: int, low: int) -> int:
             value = run_config.get(key, default)
             if isinstance(value, float) and value.is_integer():
-                value = int(value)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ConfigError(f"run config {key!r} must be an int >= {low}, got {value!r}")
-            return value
+                value = int(value)  # a TOML float such as 32.0
+            return validate.integer(f"run config {key!r}", value, low=low)
 
-        learning_rate = real(LEARNING_RATE, task.learning_rate)
-        if not (learning_rate > 0 and math.isfinite(learning_rate)):
-            raise ConfigError(f"run config {LEARNING_RATE!r} must be > 0, got {learning_rate}")
-        alpha = real(ALPHA, DEFAULT_ALPHA)
-        if not 0.0 <= alpha <= 1.0:
-            raise ConfigError(f"run config {ALPHA!r} must be in [0, 1], got {alpha}")
-        theta = real(THETA, DEFAULT_THETA)
-        if not theta >= 0.0:
-            raise ConfigError(f"run config {THETA!r} must be >= 0 (inf allowed), got {theta}")
+        learning_rate = validate.number(
+            f"run config {LEARNING_RATE!r}",
+            run_config.get(LEARNING_RATE, task.learning_rate),
+            low=0.0,
+            low_inclusive=False,
+        )
+        alpha = validate.probability(f"run config {ALPHA!r}", run_config.get(ALPHA, DEFAULT_ALPHA))
+        theta = validate.number(
+            f"run config {THETA!r}", run_config.get(THETA, DEFAULT_THETA), low=0.0, finite=False
+        )
         return cls(
             learning_rate=learning_rate,
             batch_size=integer(BATCH_SIZE, task.batch_size, 1),

@@ -11,7 +11,6 @@ ClientApp uses the node's partition id as "node" when it has one (node ids are r
 from __future__ import annotations
 
 import hashlib
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 from torch.utils.data.dataloader import default_collate
 
+from flower_edge import validate
 from flower_edge.errors import ConfigError
 
 __all__ = [
@@ -96,38 +96,19 @@ class Task:
         for name in ("model_fn", "load_data", "loss_fn"):
             if not callable(getattr(self, name)):
                 raise ConfigError(f"{name} must be callable, got {getattr(self, name)!r}")
-        if not (_is_real(self.learning_rate) and self.learning_rate > 0):
-            raise ConfigError(f"learning_rate must be > 0, got {self.learning_rate!r}")
+        validate.number("learning_rate", self.learning_rate, low=0.0, low_inclusive=False)
         for name in ("batch_size", "local_epochs", "eval_batch_size"):
-            value = getattr(self, name)
-            if not (_is_int(value) and value >= 1):
-                raise ConfigError(f"{name} must be an int >= 1, got {value!r}")
-        if self.optimizer not in OPTIMIZERS:
-            raise ConfigError(
-                f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}"
-            )
-        if not (_is_real(self.momentum) and 0.0 <= self.momentum < 1.0):
-            raise ConfigError(f"momentum must be in [0, 1), got {self.momentum!r}")
-        if not (_is_real(self.weight_decay) and self.weight_decay >= 0.0):
-            raise ConfigError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
-        if self.device not in get_args(Device):
-            raise ConfigError(
-                f"device must be one of {', '.join(get_args(Device))}, got {self.device!r}"
-            )
+            validate.integer(name, getattr(self, name), low=1)
+        validate.choice("optimizer", self.optimizer, OPTIMIZERS)
+        validate.probability("momentum", self.momentum, allow_one=False)
+        validate.number("weight_decay", self.weight_decay, low=0.0)
+        validate.choice("device", self.device, get_args(Device))
 
     def torch_device(self) -> torch.device:
         """Return the device to train on (CUDA only when asked for and present)."""
         if self.device == "auto" and torch.cuda.is_available():
             return torch.device("cuda")
         return torch.device("cpu")
-
-
-def _is_int(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _is_real(x: object) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def sized(data: Dataset[Any]) -> int:
@@ -149,7 +130,8 @@ def build_optimizer(
         )
     if name == "adam":
         return torch.optim.Adam(params, lr=learning_rate, weight_decay=weight_decay)
-    raise ConfigError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {name!r}")
+    validate.choice("optimizer", name, OPTIMIZERS)
+    raise AssertionError(f"optimizer {name!r} is listed in OPTIMIZERS but not built")
 
 
 # ---------------------------------------------------------------- the sample stream

@@ -295,10 +295,10 @@ def test_bad_train_message_gets_an_error_reply_and_the_node_stays_usable(
         ({"alpha": 1.5}, r"run config 'alpha' must be in \[0, 1\], got 1.5"),
         ({"theta": -0.1}, r"run config 'theta' must be >= 0"),
         ({"learning-rate": 0}, r"run config 'learning-rate' must be > 0"),
-        ({"batch-size": 0}, r"run config 'batch-size' must be an int >= 1, got 0"),
-        ({"local-epochs": "two"}, r"run config 'local-epochs' must be an int >= 1"),
-        ({"seed": -3}, r"run config 'seed' must be an int >= 0"),
-        ({"alpha": "high"}, r"run config 'alpha' must be a number"),
+        ({"batch-size": 0}, r"run config 'batch-size' must be an integer >= 1, got 0"),
+        ({"local-epochs": "two"}, r"run config 'local-epochs' must be an integer >= 1"),
+        ({"seed": -3}, r"run config 'seed' must be an integer >= 0"),
+        ({"alpha": "high"}, r"run config 'alpha' must be a finite number"),
     ],
 )
 def test_bad_run_config_gets_an_error_reply(run_config: dict, match: str) -> None:
