@@ -1,14 +1,20 @@
-"""Check the GPU paths of the profiler (CUDA through torch, NVML through pynvml).
+"""Check that the GPU rating reflects the hardware (issue 12), on a machine with an NVIDIA GPU.
 
-On a machine with an NVIDIA GPU: prints what torch and NVML see, runs the gpu workloads
-through the real probe (quick, then full unless ``--quick-only``) and prints the gpu resource
-report as JSON. Without a GPU: prints ``no GPU: <reason>`` and exits 0.
+Runs the real probe (``HostProbe``) in quick, then full mode, and prints per mode the profile's
+time and, per gpu workload, the batch the sizing chose, why its growth stopped, samples/s,
+utilisation and every sizing step; then N of the GPU and of the CPU and their ratio.
 
-Usage::
+Targets (issue 12):
 
-    .venv/bin/python benchmarks/gpu_check.py [--quick-only] [--disk-dir PATH]
+* full profile: GPU N >= 20 x the same host's CPU N, and every gpu workload's utilisation >= 0.8;
+* quick profile: the profile takes <= 3 s, and every gpu workload reads a utilisation > 0.
 
-Exit codes: 0 checks passed or no GPU, 1 a GPU was found but a check failed.
+Usage, from the repository root (needs torch with CUDA, psutil and nvidia-ml-py; not flwr)::
+
+    PYTHONPATH=. python3 benchmarks/gpu_check.py [--json PATH] [--disk-dir PATH]
+
+Exit codes: 0 every target met; 1 a target missed or the GPU not rated; 2 no GPU (nothing
+checked: prints ``no GPU: <reason>``).
 """
 
 from __future__ import annotations
@@ -18,9 +24,19 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere, not installed
+
+#: issue 12's targets
+RATIO_TARGET = 20.0
+UTILIZATION_TARGET = 0.8
+QUICK_SECONDS = 3.0
 
 
 def nvml_facts() -> list[str]:
+    """Return what NVML sees (driver, devices, current utilisation)."""
     try:
         import pynvml
     except ImportError as exc:
@@ -41,46 +57,97 @@ def nvml_facts() -> list[str]:
         pynvml.nvmlShutdown()
 
 
+def check_mode(mode: str, disk_dir: str | None) -> tuple[dict[str, Any], list[str]]:
+    """Profile in ``mode``; return the record and the targets it missed."""
+    from flower_edge.profiling import HostProbe
+
+    probe = HostProbe(disk_dir)
+    start = time.perf_counter()
+    report = probe.profile(mode)  # type: ignore[arg-type]
+    wall = time.perf_counter() - start
+    gpu, cpu = report.resources["gpu"], report.resources["cpu"]
+    ratio = gpu.evaluation / cpu.evaluation if cpu.evaluation > 0 else float("inf")
+    print(f"--- {mode}: profile {report.elapsed_seconds:.2f} s (call {wall:.2f} s)")
+    missed: list[str] = []
+    if not gpu.available:
+        missed.append(f"{mode}: gpu not rated: {gpu.reason}")
+    for w in gpu.workloads:
+        sizing = probe.sizing.get(w.name)
+        how = f"batch {sizing.chosen.work} ({sizing.reason})" if sizing else "not sized"
+        print(
+            f"  {w.name}: {how}, {w.samples} samples in {w.seconds:.3f} s, "
+            f"E {w.intensity:.4g} samples/s, U {w.utilization:.3f}, "
+            f"U*E {w.utilization * w.intensity:.4g}"
+        )
+        for s in sizing.steps if sizing else ():
+            util = "n/a" if s.utilization is None else f"{s.utilization:.2f}"
+            print(
+                f"    size {s.work:>7}: {s.samples:>9} samples in {s.seconds:.3f} s "
+                f"(+{s.overhead:.3f} s), {s.rate:.4g} samples/s, U {util}"
+            )
+        if mode == "full" and w.utilization < UTILIZATION_TARGET:
+            missed.append(f"full: {w.name} utilisation {w.utilization:.3f} < {UTILIZATION_TARGET}")
+        if mode == "quick" and w.utilization <= 0:
+            missed.append(f"quick: {w.name} read no utilisation")
+    for w in cpu.workloads:
+        print(f"  {w.name}: E {w.intensity:.4g} samples/s, U {w.utilization:.3f}")
+    print(f"  N gpu {gpu.evaluation:.4g}, N cpu {cpu.evaluation:.4g}, ratio {ratio:.1f}")
+    print("  evaluations:", {k: round(v, 1) for k, v in report.evaluations.items()})
+    if mode == "full" and gpu.available and ratio < RATIO_TARGET:
+        missed.append(f"full: GPU N / CPU N = {ratio:.1f} < {RATIO_TARGET}")
+    if mode == "quick" and report.elapsed_seconds > QUICK_SECONDS:
+        missed.append(f"quick: profile took {report.elapsed_seconds:.2f} s > {QUICK_SECONDS}")
+    record = {
+        "mode": mode,
+        "call_seconds": wall,
+        "ratio": ratio,
+        "report": report.to_dict(),
+        "sizing": {name: outcome.to_dict() for name, outcome in probe.sizing.items()},
+    }
+    return record, missed
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick-only", action="store_true")
-    parser.add_argument("--disk-dir", default=None)
+    """Run the checks; return the exit code."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--json", default=None, help="also write the records to this file")
+    parser.add_argument("--disk-dir", default=None, help="folder for the disk workloads")
     args = parser.parse_args()
+
+    import logging
 
     import torch
 
-    from flower_edge.profiling import HostProbe
     from flower_edge.profiling.gpu import detect_gpu, nvml_shutdown
 
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     print(f"torch {torch.__version__}, CUDA build {torch.version.cuda}, load {os.getloadavg()}")
-    print(f"torch.cuda.is_available(): {torch.cuda.is_available()}")
+    print(f"torch.cuda.is_available(): {torch.cuda.is_available()}, cores {os.cpu_count()}")
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
             p = torch.cuda.get_device_properties(i)
-            bus = getattr(p, "pci_bus_id", "?")
-            print(f"  cuda[{i}] {p.name} {p.total_memory / 2**30:.1f} GiB pci bus {bus}")
+            print(
+                f"  cuda[{i}] {p.name} {p.total_memory / 2**30:.1f} GiB, "
+                f"{p.multi_processor_count} SMs"
+            )
     print("\n".join(nvml_facts()))
     info = detect_gpu()
     nvml_shutdown()
     if not info.available:
         print(f"no GPU: {info.reason}")
-        return 0
-    print(f"detect_gpu: {info.name}, device {info.device_index}, handle {info.handle!r}")
-    ok = True
-    for mode in ("quick",) if args.quick_only else ("quick", "full"):
-        start = time.perf_counter()
-        report = HostProbe(args.disk_dir).profile(mode)  # type: ignore[arg-type]
-        wall = time.perf_counter() - start
-        gpu = report.resources["gpu"]
-        print(f"--- {mode}: profile {report.elapsed_seconds:.2f} s (call {wall:.2f} s)")
-        print(json.dumps(gpu.to_dict(), indent=2))
-        print("evaluations:", {k: round(v, 1) for k, v in report.evaluations.items()})
-        if not gpu.available or gpu.evaluation <= 0 or report.host.gpu_name is None:
-            print(f"FAIL: gpu resource not rated in {mode} mode: {gpu.reason}")
-            ok = False
-        elif any(w.utilization == 0 for w in gpu.workloads):
-            print("WARN: NVML reported 0 utilisation for a gpu workload (short run?)")
-    return 0 if ok else 1
+        return 2
+    print(f"detect_gpu: {info.name}, device {info.device_index}")
+    records, missed = [], []
+    for mode in ("quick", "full"):
+        record, misses = check_mode(mode, args.disk_dir)
+        records.append(record)
+        missed += misses
+    if args.json:
+        Path(args.json).write_text(json.dumps({"records": records, "missed": missed}, indent=2))
+    for line in missed:
+        print(f"MISSED {line}")
+    print("PASS: every target met" if not missed else f"FAIL: {len(missed)} target(s) missed")
+    return 1 if missed else 0
 
 
 if __name__ == "__main__":
