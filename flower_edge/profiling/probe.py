@@ -11,6 +11,14 @@ grows (at most ``max_growth`` times) towards half the budget, so fast devices ar
 over a meaningful interval. On a host loaded by others, runs are cut and repeats stop early
 so that the profile's time stays bounded (see :func:`measure_workload`).
 
+The gpu workloads are sized instead (:func:`measure_sized_workload`, issue 12): a small batch
+on a large GPU is launch-bound, so the batch grows geometrically (``gpu_batches`` times 4, 16,
+... up to ``gpu_max_batches``) until the rate stops growing, NVML shows the card loaded, one
+step would pass an eighth of ``gpu_run_budget``, the sizing used ``gpu_sizing_budget`` or the
+card runs out of memory; the timed runs then take whole steps of the chosen batch filling
+``gpu_run_budget``, and ``U`` is the mean of NVML's samples inside the timed window only
+(:class:`~.window.NvmlWindow`).
+
 The disk workloads write into a fresh temporary folder under ``disk_dir``; it is created
 before any workload runs (so an unwritable folder fails at once) and removed afterwards, also
 on an exception or Ctrl-C; SIGINT/SIGTERM arriving while it is removed are held back until
