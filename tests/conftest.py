@@ -14,7 +14,8 @@ Toy clients (numpy only, exact and fast)
     virtual job durations.
 Flower's log
     :func:`flwr_logs` collects the ``flwr`` logger's records directly.
-Profile JSON contract
+Profiling
+    :data:`TINY` is a small profiling plan whose runs still span several CPU-time ticks.
     :func:`check_contract` is an independent checker of the profile JSON contract of issue 2,
     written from the issue's text, not from ``ProfileReport.from_dict``, so that the two can
     disagree; :func:`example_doc` is a conforming document built by hand.
@@ -37,6 +38,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricR
 from flwr.clientapp import ClientApp
 
 from flower_edge import wire
+from flower_edge.profiling import ProfilePlan
 from strategies import EdgeStrategy, InProcessGrid, ManualClock, ShareConfig, VirtualClock
 
 # ---------------------------------------------------------------- toy clients
@@ -224,7 +226,26 @@ def flwr_logs(level: int = logging.INFO) -> Iterator[FlwrLogs]:
         logger.setLevel(old)
 
 
-# ---------------------------------------------------------------- profile JSON contract
+# ---------------------------------------------------------------- profiling
+
+# small, but each timed run spans several of psutil's 10 ms CPU-time ticks: a run shorter than
+# one tick reads no utilisation at all (0.0), which made the contract test flaky
+TINY = ProfilePlan(
+    cpu_samples=(256, 128),
+    memory_samples=(256, 128),
+    memory_buffer_bytes=1 << 20,
+    disk_samples=(64, 256),
+    repeats=1,
+    run_budget=1.0,
+    disk_shard_samples=(4, 16),
+    sample_interval=0.01,
+    max_growth=1.0,
+    gpu_batches=(8, 4),
+    gpu_max_batches=(64, 16),
+    gpu_run_budget=0.05,
+    gpu_sizing_budget=0.05,
+)
+
 
 RESOURCE_KEYS = ("cpu", "gpu", "memory", "disk")
 

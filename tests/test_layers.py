@@ -71,6 +71,18 @@ def test_every_package_imports_only_downwards() -> None:
     assert layer_violations(ROOT) == []
 
 
+def test_no_test_module_imports_another_test_module() -> None:
+    tests = sorted((ROOT / "tests").glob("*.py"))
+    assert any(p.name == "conftest.py" for p in tests)
+    found = [
+        f"{path.name}:{line}: imports {module}"
+        for path in tests
+        for line, module in imported_modules(path.read_text(encoding="utf-8"))
+        if module.split(".")[0].startswith("test_") or module.split(".")[0] == "tests"
+    ]
+    assert found == [], "shared test helpers belong in tests/conftest.py"
+
+
 def _write(root: Path, rel: str, source: str) -> None:
     path = root / rel
     path.parent.mkdir(parents=True, exist_ok=True)

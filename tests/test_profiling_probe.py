@@ -16,12 +16,12 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from conftest import check_contract
+from conftest import TINY, check_contract
 
 from flower_edge.cli import main
 from flower_edge.cli_profile import format_report
 from flower_edge.errors import ConfigError, InputError
-from flower_edge.profiling import PLANS, HostProbe, ProfilePlan, ProfileReport, profile_host
+from flower_edge.profiling import PLANS, HostProbe, ProfileReport, profile_host
 from flower_edge.profiling import gpu as gpu_mod
 from flower_edge.profiling import probe as probe_mod
 from flower_edge.profiling.gpu import GpuInfo, detect_gpu
@@ -29,24 +29,6 @@ from flower_edge.profiling.workloads import DenseWorkload, ShardWorkload
 
 torch = pytest.importorskip("torch")
 HAS_CUDA = torch.cuda.is_available()
-
-# small, but each timed run spans several of psutil's 10 ms CPU-time ticks: a run shorter than
-# one tick reads no utilisation at all (0.0), which made the contract test flaky
-TINY = ProfilePlan(
-    cpu_samples=(256, 128),
-    memory_samples=(256, 128),
-    memory_buffer_bytes=1 << 20,
-    disk_samples=(64, 256),
-    repeats=1,
-    run_budget=1.0,
-    disk_shard_samples=(4, 16),
-    sample_interval=0.01,
-    max_growth=1.0,
-    gpu_batches=(8, 4),
-    gpu_max_batches=(64, 16),
-    gpu_run_budget=0.05,
-    gpu_sizing_budget=0.05,
-)
 
 
 @pytest.fixture(autouse=True)

@@ -90,12 +90,12 @@ def _comparable(history: list[AggregationRecord]) -> list[tuple[Any, ...]]:
 
 @pytest.mark.simulation
 def test_virtual_clock_history_in_flowers_simulation_engine_matches_in_process() -> None:
-    import test_strategy_toys
+    import conftest
     from flwr.serverapp import Grid, ServerApp
     from flwr.simulation import run_simulation
     from ray import cloudpickle
 
-    cloudpickle.register_pickle_by_value(test_strategy_toys)  # Ray workers lack tests/
+    cloudpickle.register_pickle_by_value(conftest)  # Ray workers lack tests/
     speeds = [7.0, 13.0, 29.0, 61.0]
     shares = ShareConfig(total_samples=400, rebalance="seed")
     loop = LoopConfig(slice_budget=3.0, registration_timeout=60.0, poll_interval=0.02)
