@@ -4,14 +4,18 @@
 # and the Runtime API (the ServerApp).
 #
 # Usage: deploy/start-superlink.sh (--insecure | --certs DIR) [--auth] [--host HOST] [--port PORT]
-#                                  [--database FILE] [-- EXTRA flower-superlink ARGS]
+#                                  [--database FILE | --in-memory] [-- EXTRA flower-superlink ARGS]
 #   --insecure       plain HTTP, no TLS (loopback experiments only)
 #   --certs DIR      TLS with DIR/ca.crt, DIR/server.pem, DIR/server.key (deploy/gen-certs.sh)
 #   --auth           SuperNode authentication: only SuperNodes whose public key was registered
 #                    with `flwr supernode register KEY.pub CONNECTION` may connect (needs --certs)
 #   --host HOST      address to listen on (default: 127.0.0.1; 0.0.0.0 for devices on a network)
 #   --port PORT      port to listen on (default: 9092)
-#   --database FILE  keep the SuperLink's state in FILE (default: in memory)
+#   --database FILE  keep the SuperLink's state (registered and online SuperNodes, runs) in the
+#                    SQLite file FILE (default: ./superlink-PORT.db), so that SuperNodes survive
+#                    a SuperLink restart: restart it with the same FILE and port
+#   --in-memory      keep no state (Flower's default): a restart ends every SuperNode (HTTP 401
+#                    on its next heartbeat)
 # Environment: FLOWER_EDGE_VENV (default: the repository's .venv, if present, else PATH).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -22,9 +26,9 @@ export FLWR_TELEMETRY_ENABLED="${FLWR_TELEMETRY_ENABLED:-0}"
 export FLWR_DISABLE_UPDATE_CHECK="${FLWR_DISABLE_UPDATE_CHECK:-1}"
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="${FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION:-1}"
 
-usage() { sed -n '5,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '5,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 need() { [ "$#" -ge 2 ] && [ -n "$2" ] || { echo "start-superlink: $1 needs a value" >&2; usage; }; }
-host="127.0.0.1"; port="9092"; certs=""; insecure=0; auth=0; database=""
+host="127.0.0.1"; port="9092"; certs=""; insecure=0; auth=0; database=""; in_memory=0
 while [ "$#" -gt 0 ]; do
   case "$1" in
     --insecure) insecure=1 ;;
@@ -33,6 +37,7 @@ while [ "$#" -gt 0 ]; do
     --host) need "$@"; host="$2"; shift ;;
     --port) need "$@"; port="$2"; shift ;;
     --database) need "$@"; database="$2"; shift ;;
+    --in-memory) in_memory=1 ;;
     --) shift; break ;;
     -h|--help) usage ;;
     *) echo "start-superlink: unknown option '$1'" >&2; usage ;;
@@ -58,5 +63,13 @@ if [ "$auth" = 1 ]; then
   [ -n "$certs" ] || { echo "start-superlink: --auth needs TLS (--certs DIR)" >&2; exit 2; }
   args+=(--enable-supernode-auth)
 fi
-[ -n "$database" ] && args+=(--database "$database")
+if [ "$in_memory" = 1 ]; then
+  [ -z "$database" ] || { echo "start-superlink: give either --database FILE or --in-memory, not both" >&2; exit 2; }
+  echo "start-superlink: state in memory: SuperNodes end if this SuperLink restarts" >&2
+else
+  database="${database:-superlink-$port.db}"
+  mkdir -p "$(dirname "$database")"
+  echo "start-superlink: state in $database (restart with the same --database and --port and the SuperNodes stay connected)" >&2
+  args+=(--database "$database")
+fi
 exec flower-superlink "${args[@]}" "$@"

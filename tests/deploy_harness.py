@@ -87,7 +87,7 @@ class Proc:
 
     @property
     def pid(self) -> int:
-        """Process id of the started process (the script ``exec``s into Flower's command)."""
+        """Process id of the started process (a deploy script, parent or ``exec`` of Flower's)."""
         return self.popen.pid
 
     def text(self) -> str:
@@ -220,14 +220,22 @@ class Deployment:
         return proc
 
     # ------------------------------------------------------------------ SuperLink
-    def start_superlink(self, timeout: float = 60.0, database: Path | None = None) -> Proc:
-        """Start the SuperLink on ``self.port`` and wait until it accepts connections."""
+    def start_superlink(
+        self, timeout: float = 60.0, database: Path | None = None, in_memory: bool = False
+    ) -> Proc:
+        """Start the SuperLink on ``self.port`` and wait until it accepts connections.
+
+        Its state goes to ``database`` (default: the script's, ``superlink-PORT.db`` in
+        ``workdir``), or nowhere with ``in_memory``.
+        """
         argv = [str(DEPLOY / "start-superlink.sh"), "--port", str(self.port)]
         argv += ["--certs", str(self.certs)] if self.tls else ["--insecure"]
         if self.auth:
             argv.append("--auth")
         if database is not None:
             argv += ["--database", str(database)]
+        if in_memory:
+            argv.append("--in-memory")
         self.superlink = self._spawn("superlink", argv, "superlink")
         proc = self.superlink
 
