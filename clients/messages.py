@@ -7,13 +7,12 @@ reply.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal, get_args
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 
-from flower_edge import wire
+from flower_edge import validate, wire
 from flower_edge.errors import InputError
 
 __all__ = [
@@ -115,24 +114,17 @@ def parse_arrays(content: RecordDict) -> ArrayRecord | None:
 
 def _int(cfg: ConfigRecord, key: str, low: int | None = 0) -> int | None:
     value = cfg.get(key)
-    if value is None:
-        return None
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InputError(f"config {key!r} must be an int, got {value!r}")
-    if low is not None and value < low:
-        raise InputError(f"config {key!r} must be >= {low}, got {value}")
-    return value
+    return validate.integer(f"config {key!r}", value, low=low, allow_none=True, error=InputError)
 
 
-def _real(cfg: ConfigRecord, key: str) -> float | None:
-    value = cfg.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        raise InputError(f"config {key!r} must be a number, got {value!r}")
-    return float(value)
+def _real(
+    cfg: ConfigRecord, key: str, *, low: float | None = None, finite: bool = True
+) -> float | None:
+    return validate.number(
+        f"config {key!r}", cfg.get(key), low=low, finite=finite, allow_none=True, error=InputError
+    )
 
 
 def _list(cfg: ConfigRecord, key: str, kind: type) -> tuple[object, ...]:
@@ -157,18 +149,10 @@ def parse_train(msg: Message) -> TrainRequest:
     content = _content(msg)
     cfg = _config(content)
     arrays = parse_arrays(content)
-    budget = _real(cfg, wire.SLICE_BUDGET)
-    if budget is not None and not budget >= 0:
-        raise InputError(f"config {wire.SLICE_BUDGET!r} must be >= 0, got {budget}")
+    budget = _real(cfg, wire.SLICE_BUDGET, low=0.0, finite=False)
     ratio = _real(cfg, wire.MATCH_RATIO)
-    if ratio is not None and not math.isfinite(ratio):
-        raise InputError(f"config {wire.MATCH_RATIO!r} must be finite, got {ratio}")
     resource = _real(cfg, wire.RESOURCE)
-    if resource is not None and not math.isfinite(resource):
-        raise InputError(f"config {wire.RESOURCE!r} must be finite, got {resource}")
-    theta = _real(cfg, wire.THETA)
-    if theta is not None and not theta >= 0:
-        raise InputError(f"config {wire.THETA!r} must be >= 0 (inf allowed), got {theta}")
+    theta = _real(cfg, wire.THETA, low=0.0, finite=False)  # inf: never abandon
     node_ids = tuple(int(v) for v in _list(cfg, wire.VALUE_NODE_IDS, int))  # type: ignore[call-overload]
     values = tuple(float(v) for v in _list(cfg, wire.VALUES, float))  # type: ignore[arg-type]
     if len(node_ids) != len(values):
@@ -176,12 +160,8 @@ def parse_train(msg: Message) -> TrainRequest:
             f"config {wire.VALUE_NODE_IDS!r} and {wire.VALUES!r} must have the same length, "
             f"got {len(node_ids)} and {len(values)}"
         )
-    for v in values:
-        if not 0.0 <= v <= 1.0:
-            raise InputError(f"config {wire.VALUES!r} must hold values in [0, 1], got {v}")
+    validate.numbers(f"config {wire.VALUES!r}", values, low=0.0, high=1.0, error=InputError)
     send_time = _real(cfg, wire.SEND_TIME)
-    if send_time is not None and not math.isfinite(send_time):
-        raise InputError(f"config {wire.SEND_TIME!r} must be finite, got {send_time}")
     return TrainRequest(
         arrays=arrays,
         server_round=_int(cfg, wire.SERVER_ROUND),
@@ -210,9 +190,5 @@ def parse_profile(msg: Message) -> ProfileRequest:
     """
     cfg = _config(_content(msg)) if msg.has_content() else ConfigRecord()
     mode = cfg.get(wire.PROFILE_MODE, "quick")
-    modes = get_args(ProfileMode)
-    if mode not in modes:
-        raise InputError(
-            f"config {wire.PROFILE_MODE!r} must be one of {', '.join(modes)}, got {mode!r}"
-        )
+    validate.choice(f"config {wire.PROFILE_MODE!r}", mode, get_args(ProfileMode), error=InputError)
     return ProfileRequest(mode=mode)  # type: ignore[arg-type]

@@ -31,7 +31,7 @@ from typing import Any, Literal, overload
 import numpy as np
 import numpy.typing as npt
 
-from flower_edge.errors import ConfigError, InputError
+from flower_edge.errors import ConfigError
 
 __all__ = [
     "boolean",
@@ -117,7 +117,7 @@ def number(
     high_inclusive: bool = ...,
     finite: bool = ...,
     allow_none: Literal[False] = ...,
-    error: type[InputError] = ...,
+    error: type[Exception] = ...,
 ) -> float: ...
 
 
@@ -132,7 +132,7 @@ def number(
     high_inclusive: bool = ...,
     finite: bool = ...,
     allow_none: bool,
-    error: type[InputError] = ...,
+    error: type[Exception] = ...,
 ) -> float | None: ...
 
 
@@ -146,7 +146,7 @@ def number(
     high_inclusive: bool = True,
     finite: bool = True,
     allow_none: bool = False,
-    error: type[InputError] = ConfigError,
+    error: type[Exception] = ConfigError,
 ) -> float | None:
     """Check a real number and return it as a ``float``.
 
@@ -165,8 +165,8 @@ def number(
         the range).
     allow_none : bool (default: False)
         Accept ``None`` ("not set") and return it unchanged.
-    error : type of InputError (default: ConfigError)
-        The exception class to raise.
+    error : type of Exception (default: ConfigError)
+        The exception class to raise (``InputError`` for bad input rather than settings).
 
     Returns
     -------
@@ -201,7 +201,7 @@ def numbers(
     low_inclusive: bool = True,
     high_inclusive: bool = True,
     columns: Sequence[str] | None = None,
-    error: type[InputError] = ConfigError,
+    error: type[Exception] = ConfigError,
 ) -> npt.NDArray[np.float64]:
     """Check an array of numbers at once and return it as a float64 array.
 
@@ -221,8 +221,8 @@ def numbers(
         Whether each bound itself is allowed.
     columns : sequence of str, optional
         Names of the last axis, printed with ``repr`` in the messages.
-    error : type of InputError (default: ConfigError)
-        The exception class to raise.
+    error : type of Exception (default: ConfigError)
+        The exception class to raise (``InputError`` for bad input rather than settings).
 
     Returns
     -------
@@ -268,7 +268,7 @@ def integer(
     low: int | None = ...,
     high: int | None = ...,
     allow_none: Literal[False] = ...,
-    error: type[InputError] = ...,
+    error: type[Exception] = ...,
 ) -> int: ...
 
 
@@ -280,7 +280,7 @@ def integer(
     low: int | None = ...,
     high: int | None = ...,
     allow_none: bool,
-    error: type[InputError] = ...,
+    error: type[Exception] = ...,
 ) -> int | None: ...
 
 
@@ -291,7 +291,7 @@ def integer(
     low: int | None = None,
     high: int | None = None,
     allow_none: bool = False,
-    error: type[InputError] = ConfigError,
+    error: type[Exception] = ConfigError,
 ) -> int | None:
     """Check an integer (``int`` or numpy integer, not ``bool`` nor ``2.0``) in ``[low, high]``.
 
@@ -305,8 +305,8 @@ def integer(
         Inclusive bounds; ``None`` (default) is unbounded on that side.
     allow_none : bool (default: False)
         Accept ``None`` ("not set") and return it unchanged.
-    error : type of InputError (default: ConfigError)
-        The exception class to raise.
+    error : type of Exception (default: ConfigError)
+        The exception class to raise (``InputError`` for bad input rather than settings).
 
     Returns
     -------
@@ -336,7 +336,7 @@ def parse_integer(
     *,
     low: int | None = None,
     high: int | None = None,
-    error: type[InputError] = ConfigError,
+    error: type[Exception] = ConfigError,
 ) -> int:
     """Parse an integer given as text (a command-line option) and check it as :func:`integer`.
 
@@ -348,8 +348,8 @@ def parse_integer(
         The text to parse; text that is not an integer is reported as received.
     low, high : int, optional
         Inclusive bounds.
-    error : type of InputError (default: ConfigError)
-        The exception class to raise.
+    error : type of Exception (default: ConfigError)
+        The exception class to raise (``InputError`` for bad input rather than settings).
 
     Returns
     -------
@@ -371,7 +371,7 @@ def parse_number(
     high: float | None = None,
     low_inclusive: bool = True,
     high_inclusive: bool = True,
-    error: type[InputError] = ConfigError,
+    error: type[Exception] = ConfigError,
 ) -> float:
     """Parse a number given as text (a command-line option) and check it as :func:`number`.
 
@@ -385,8 +385,8 @@ def parse_number(
         Bounds of the allowed range.
     low_inclusive, high_inclusive : bool (default: True)
         Whether each bound itself is allowed.
-    error : type of InputError (default: ConfigError)
-        The exception class to raise.
+    error : type of Exception (default: ConfigError)
+        The exception class to raise (``InputError`` for bad input rather than settings).
 
     Returns
     -------
@@ -414,7 +414,7 @@ def probability(
     *,
     allow_zero: bool = True,
     allow_one: bool = True,
-    error: type[InputError] = ConfigError,
+    error: type[Exception] = ConfigError,
 ) -> float:
     """Check a finite number in ``[0, 1]`` (each end optional) and return it as a ``float``.
 
@@ -426,8 +426,8 @@ def probability(
         The value to check.
     allow_zero, allow_one : bool (default: True)
         Whether 0 and 1 are allowed (``(0, 1]``, ``[0, 1)``, ``(0, 1)``).
-    error : type of InputError (default: ConfigError)
-        The exception class to raise.
+    error : type of Exception (default: ConfigError)
+        The exception class to raise (``InputError`` for bad input rather than settings).
 
     Returns
     -------
@@ -450,7 +450,7 @@ def choice(
     value: object,
     options: Iterable[str],
     *,
-    error: type[InputError] = ConfigError,
+    error: type[Exception] = ConfigError,
 ) -> str:
     """Check that ``value`` is one of ``options`` and return it.
 
@@ -462,8 +462,8 @@ def choice(
         The value to check.
     options : iterable of str
         The allowed values, in the order the message lists them.
-    error : type of InputError (default: ConfigError)
-        The exception class to raise.
+    error : type of Exception (default: ConfigError)
+        The exception class to raise (``InputError`` for bad input rather than settings).
 
     Returns
     -------
@@ -481,7 +481,7 @@ def choice(
     return value
 
 
-def boolean(name: str, value: object, *, error: type[InputError] = ConfigError) -> bool:
+def boolean(name: str, value: object, *, error: type[Exception] = ConfigError) -> bool:
     """Check a ``bool`` (numpy's included; ``0`` and ``1`` are not booleans) and return it.
 
     Parameters
@@ -490,8 +490,8 @@ def boolean(name: str, value: object, *, error: type[InputError] = ConfigError) 
         The field as the user knows it.
     value : object
         The value to check.
-    error : type of InputError (default: ConfigError)
-        The exception class to raise.
+    error : type of Exception (default: ConfigError)
+        The exception class to raise (``InputError`` for bad input rather than settings).
 
     Returns
     -------
@@ -508,7 +508,7 @@ def text(
     value: object,
     *,
     allow_empty: bool = False,
-    error: type[InputError] = ConfigError,
+    error: type[Exception] = ConfigError,
 ) -> str:
     """Check a string, non-empty unless ``allow_empty``, and return it.
 
@@ -520,8 +520,8 @@ def text(
         The value to check.
     allow_empty : bool (default: False)
         Whether ``""`` is allowed.
-    error : type of InputError (default: ConfigError)
-        The exception class to raise.
+    error : type of Exception (default: ConfigError)
+        The exception class to raise (``InputError`` for bad input rather than settings).
 
     Returns
     -------

@@ -252,7 +252,7 @@ BAD_TRAIN = [
     ({}, "no-arrays", r"train message carries no 'arrays'"),
     (_job(1, 0), "wrong-shape", r"global arrays do not fit the local model: 'net.1.weight' has"),
     (_job(1, 0), "wrong-keys", r"do not fit the local model: missing \['net.1.bias'"),
-    (_job(1, 0, **{wire.SAMPLE_SHARE: -1}), "ok", "'sample-share' must be >= 0, got -1"),
+    (_job(1, 0, **{wire.SAMPLE_SHARE: -1}), "ok", "'sample-share' must be an integer >= 0, got -1"),
     (_job(1, 0, **{wire.SAMPLE_SHARE: "ten"}), "ok", "'sample-share' must be an int"),
     (_job(1, 0, **{wire.SLICE_BUDGET: -2.0}), "ok", "'slice-budget' must be >= 0"),
     ({wire.JOB_ID: 1}, "ok", "'global-version' is required with 'job-id'"),
