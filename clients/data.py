@@ -37,6 +37,7 @@ import torch
 from flwr.common.logger import log
 from torch.utils.data import TensorDataset
 
+from flower_edge import validate
 from flower_edge.errors import ConfigError, InputError
 
 __all__ = [
@@ -233,26 +234,11 @@ def _validate(
     test_fraction: float,
 ) -> None:
     _check_name(name)
-    if isinstance(num_partitions, bool) or not isinstance(num_partitions, int):
-        raise InputError(f"num_partitions must be an int >= 1, got {num_partitions!r}")
-    if num_partitions < 1:
-        raise InputError(f"num_partitions must be an int >= 1, got {num_partitions}")
-    if (
-        isinstance(partition_id, bool)
-        or not isinstance(partition_id, int)
-        or not 0 <= partition_id < num_partitions
-    ):
-        raise InputError(
-            f"partition_id must be an int in [0, {num_partitions - 1}], got {partition_id!r}"
-        )
-    if partitioning not in get_args(Partitioning):
-        raise ConfigError(
-            f"partitioning must be one of {', '.join(get_args(Partitioning))}, got {partitioning!r}"
-        )
-    if not (isinstance(alpha, int | float) and alpha > 0 and np.isfinite(alpha)):
-        raise ConfigError(f"dirichlet alpha must be a finite number > 0, got {alpha!r}")
-    if not (isinstance(test_fraction, int | float) and 0.0 <= test_fraction < 1.0):
-        raise ConfigError(f"test_fraction must be in [0, 1), got {test_fraction!r}")
+    validate.integer("num_partitions", num_partitions, low=1, error=InputError)
+    validate.integer("partition_id", partition_id, low=0, high=num_partitions - 1, error=InputError)
+    validate.choice("partitioning", partitioning, get_args(Partitioning))
+    validate.number("dirichlet alpha", alpha, low=0.0, low_inclusive=False)
+    validate.probability("test_fraction", test_fraction, allow_one=False)
 
 
 @lru_cache(maxsize=512)
@@ -409,10 +395,7 @@ def load_flwr_dataset(
     from flwr_datasets import FederatedDataset
     from flwr_datasets.partitioner import DirichletPartitioner, IidPartitioner
 
-    if partitioning not in get_args(Partitioning):
-        raise ConfigError(
-            f"partitioning must be one of {', '.join(get_args(Partitioning))}, got {partitioning!r}"
-        )
+    validate.choice("partitioning", partitioning, get_args(Partitioning))
     if partitioning == "client-dirichlet":
         raise ConfigError("partitioning 'client-dirichlet' is for the bundled data sets only")
     partitioner = (

@@ -21,7 +21,7 @@ from torch.utils.data import TensorDataset
 from clients.app import build_client_app
 from clients.data import Partitioning, dataset_info, load_partition
 from clients.task import Task
-from flower_edge import wire
+from flower_edge import validate, wire
 from flower_edge.errors import ConfigError
 from flower_edge.models import CNN, CNN1D, MLP
 
@@ -38,13 +38,11 @@ __all__ = [
 
 
 def _node_int(context: Context, key: str) -> int:
-    value = context.node_config.get(key)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(
-            f"node config {key!r} must be an int (set by the simulation engine, or with "
-            f"flower-supernode --node-config), got {value!r}"
-        )
-    return value
+    try:
+        return validate.integer(f"node config {key!r}", context.node_config.get(key))
+    except ConfigError as exc:
+        hint = "set by the simulation engine, or with flower-supernode --node-config"
+        raise ConfigError(f"{exc} ({hint})") from None
 
 
 def bundled_loader(

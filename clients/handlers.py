@@ -7,7 +7,6 @@ sliced jobs are in :mod:`clients.jobs`.
 
 from __future__ import annotations
 
-import math
 from logging import WARNING
 from typing import Any
 
@@ -28,7 +27,7 @@ from clients.node import NodeRuntime, stream_node
 from clients.settings import ClientSettings
 from clients.state import PROFILE_KEY_PREFIX, load_state, save_state
 from clients.task import evaluate_model, sized
-from flower_edge import wire
+from flower_edge import validate, wire
 from flower_edge.errors import InputError, ProfilingError
 from flower_edge.timing import DeviceTimer
 
@@ -52,16 +51,12 @@ class ClientHandlers(NodeRuntime):
         evaluations = dict(report.evaluations)
         record: dict[str, Any] = {}
         for resource, wire_key in wire.EVAL_KEYS.items():
-            value = evaluations.get(resource, 0.0)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not (math.isfinite(value) and value >= 0)
-            ):
-                raise ProfilingError(
-                    f"evaluation of {resource} must be finite and >= 0, got {value!r}"
-                )
-            record[wire_key] = float(value)
+            record[wire_key] = validate.number(
+                f"evaluation of {resource}",
+                evaluations.get(resource, 0.0),
+                low=0.0,
+                error=ProfilingError,
+            )
         record[wire.LOCAL_SAMPLES] = sized(train)
         record[wire.PROFILE_REPORT] = str(report.to_json())
         ctx.state[key] = ConfigRecord(dict(record))

@@ -18,7 +18,7 @@ from torch.utils.data import Dataset
 from clients.settings import ClientSettings
 from clients.slot import ModelSlot
 from clients.task import Task, build_optimizer
-from flower_edge import wire
+from flower_edge import validate, wire
 from flower_edge.errors import InputError
 from flower_edge.profiling.report import ResourceProbe
 from flower_edge.timing import DeviceTimer
@@ -122,9 +122,7 @@ class NodeRuntime:
             return 1.0
         else:
             value = host_availability()
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-            raise InputError(f"availability_fn must return a number in [0, 1], got {value!r}")
-        return float(value)
+        return validate.probability("availability_fn's result", value, error=InputError)
 
 
 def stream_node(ctx: Context) -> int:

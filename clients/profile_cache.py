@@ -25,7 +25,8 @@ from pathlib import Path
 from flwr.app import Context
 from flwr.common.logger import log
 
-from flower_edge.errors import ConfigError, InputError
+from flower_edge import validate
+from flower_edge.errors import InputError
 from flower_edge.profiling.report import MODES, Mode, ProfileReport, ResourceProbe
 
 __all__ = ["CachedProbe", "cached_host_probe", "default_cache_dir"]
@@ -53,8 +54,7 @@ class CachedProbe:
     def __init__(
         self, probe: ResourceProbe, cache_dir: str | Path | None = None, max_age: float = 86400.0
     ) -> None:
-        if isinstance(max_age, bool) or not isinstance(max_age, int | float) or not max_age >= 0:
-            raise ConfigError(f"max_age must be a number of seconds >= 0, got {max_age!r}")
+        validate.number("max_age (seconds)", max_age, low=0.0, finite=False)
         self.probe = probe
         self.cache_dir = default_cache_dir() if cache_dir is None else Path(cache_dir)
         self.max_age = float(max_age)
@@ -86,8 +86,7 @@ class CachedProbe:
 
     def profile(self, mode: Mode) -> ProfileReport:
         """Return the stored report when fresh, else run the probe and store its report."""
-        if mode not in MODES:
-            raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        validate.choice("mode", mode, MODES, error=InputError)
         report = self._stored(mode)
         if report is not None:
             return report

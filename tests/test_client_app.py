@@ -117,7 +117,7 @@ def test_profile_query_errors() -> None:
     assert reply.error.code == ERROR_CODE
     assert "'profile-mode' must be one of quick, full, got 'slow'" in str(reply.error.reason)
     reply = app(_profile_msg(), node_context(NODE))
-    assert "ProfilingError: evaluation of cpu must be finite and >= 0" in str(reply.error.reason)
+    assert "ProfilingError: evaluation of cpu must be >= 0, got -1.0" in str(reply.error.reason)
 
 
 # ---------------------------------------------------------------- evaluate
@@ -327,7 +327,7 @@ def test_bad_availability_fn_is_reported() -> None:
     ctx = node_context(NODE)
     _ok(app(_msg(_job(1, 0, **{wire.SAMPLE_SHARE: 48, wire.SLICE_BUDGET: 1e-9}), _global()), ctx))
     reply = app(_msg(_job(1, 1, **{wire.SLICE_BUDGET: 1e-9}), _global(1)), ctx)
-    assert r"availability_fn must return a number in [0, 1], got 1.7" in str(reply.error.reason)
+    assert r"availability_fn's result must be in [0, 1], got 1.7" in str(reply.error.reason)
 
 
 # ---------------------------------------------------------------- corrupted state

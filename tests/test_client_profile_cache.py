@@ -88,7 +88,7 @@ def test_invalid_or_mismatched_report_is_ignored(
 
 
 def test_bad_arguments() -> None:
-    with pytest.raises(ConfigError, match="max_age must be a number of seconds >= 0, got -1"):
+    with pytest.raises(ConfigError, match=r"max_age \(seconds\) must be >= 0, got -1"):
         CachedProbe(CountingProbe(), max_age=-1)
     with pytest.raises(InputError, match="mode must be one of quick, full, got 'slow'"):
         CachedProbe(CountingProbe()).profile("slow")  # type: ignore[arg-type]
