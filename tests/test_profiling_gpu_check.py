@@ -11,7 +11,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from test_profiling_probe import TINY
+from conftest import TINY
 
 from flower_edge.profiling import PLANS
 from flower_edge.profiling import probe as probe_mod
