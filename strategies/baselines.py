@@ -7,33 +7,26 @@ baselines here send no values and, by default, do not profile nodes (equal share
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Unpack
 
 import numpy as np
-import numpy.typing as npt
 
-from flower_edge.errors import ConfigError
+from flower_edge import validate
+from flower_edge.arrays import NDArray, cast_like
 from flower_edge.staleness import MIXINGS, MixingName, fedasync_mixing, fedbuff_weight
-from strategies.base import SemiAsyncStrategy
+from strategies.base import SemiAsyncStrategy, StrategyOptions
 from strategies.config import ShareConfig, ValuationConfig
 from strategies.records import Combined, Update
 
 __all__ = ["FedAsync", "FedBuff"]
 
-NDArray = npt.NDArray[Any]
 
-
-def _cast_like(values: npt.NDArray[np.float64], ref: NDArray) -> NDArray:
-    if ref.dtype.kind != "f":
-        values = np.rint(values)
-    return values.astype(ref.dtype, copy=False)
-
-
-def _baseline_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
-    kwargs.setdefault("shares", ShareConfig(profile=False, rebalance="off"))
-    kwargs.setdefault("valuation", ValuationConfig(mode="off"))
-    kwargs.setdefault("decay", "constant")
-    return kwargs
+def _baseline_defaults(options: StrategyOptions) -> StrategyOptions:
+    """Return ``options`` with the baselines' defaults: no profiling, no values, no decay."""
+    options.setdefault("shares", ShareConfig(profile=False, rebalance="off"))
+    options.setdefault("valuation", ValuationConfig(mode="off"))
+    options.setdefault("decay", "constant")
+    return options
 
 
 class _WithoutValues(SemiAsyncStrategy):
@@ -61,18 +54,24 @@ class FedBuff(_WithoutValues):
         Buffer size K, ``>= 1`` and ``<=`` the number of nodes.
     server_lr : float (default: 1.0)
         ``eta``, ``> 0``.
-    **options
-        As :class:`~strategies.loop.SemiAsyncStrategy` (defaults: no profiling, no values).
+    **options : StrategyOptions
+        As :class:`~strategies.base.SemiAsyncStrategy` (defaults: no profiling, no values;
+        typed: an unknown keyword raises ``TypeError``).
     """
 
     name = "fedbuff"
     needs_bases = True
 
-    def __init__(self, threshold: int, *, server_lr: float = 1.0, **options: Any) -> None:
+    def __init__(
+        self, threshold: int, *, server_lr: float = 1.0, **options: Unpack[StrategyOptions]
+    ) -> None:
         super().__init__(threshold, **_baseline_defaults(options))
-        if not (isinstance(server_lr, int | float) and server_lr > 0 and np.isfinite(server_lr)):
-            raise ConfigError(f"server_lr must be a finite number > 0, got {server_lr!r}")
-        self.server_lr = float(server_lr)
+        self.server_lr = self.validate_options(server_lr)
+
+    @staticmethod
+    def validate_options(server_lr: object) -> float:
+        """Check FedBuff's own option (``server_lr > 0``); raise ConfigError naming it."""
+        return validate.number("server_lr", server_lr, low=0.0, low_inclusive=False)
 
     def aggregation_due(self, buffered: int) -> bool:
         """Return ``buffered >= K``."""
@@ -98,7 +97,7 @@ class FedBuff(_WithoutValues):
                 base = bases[update.base_version][i]
                 step += weight * (update.arrays[i].astype(np.float64) - base.astype(np.float64))
             new = ref.astype(np.float64) + self.server_lr * step / len(updates)
-            out.append(_cast_like(new, ref))
+            out.append(cast_like(new, ref))
         return Combined(out, weights)
 
 
@@ -117,8 +116,9 @@ class FedAsync(_WithoutValues):
         ``s``.
     a, b : float (default: 0.5, 4.0)
         Parameters of ``s``.
-    **options
-        As :class:`~strategies.loop.SemiAsyncStrategy` (defaults: no profiling, no values).
+    **options : StrategyOptions
+        As :class:`~strategies.base.SemiAsyncStrategy` (defaults: no profiling, no values;
+        typed: an unknown keyword, ``threshold`` included, raises ``TypeError``).
     """
 
     name = "fedasync"
@@ -130,19 +130,29 @@ class FedAsync(_WithoutValues):
         staleness_fn: MixingName = "polynomial",
         a: float = 0.5,
         b: float = 4.0,
-        **options: Any,
+        **options: Unpack[StrategyOptions],
     ) -> None:
-        options.pop("threshold", None)
-        super().__init__(1, **_baseline_defaults(options))
-        if staleness_fn not in MIXINGS:
-            raise ConfigError(
-                f"staleness_fn must be one of {', '.join(MIXINGS)}; got {staleness_fn!r}"
+        if "threshold" in options:  # K is fixed to 1: refuse it rather than drop it silently
+            raise TypeError(
+                "FedAsync() got an unexpected keyword argument 'threshold' "
+                "(FedAsync mixes every update in at once: its K is always 1)"
             )
-        fedasync_mixing(alpha, 0, staleness_fn, a, b)  # validates alpha, a, b
+        super().__init__(1, **_baseline_defaults(options))
+        self.staleness_fn = self.validate_options(alpha, staleness_fn, a, b)
         self.alpha = alpha
-        self.staleness_fn: MixingName = staleness_fn
         self.a = a
         self.b = b
+
+    @staticmethod
+    def validate_options(alpha: float, staleness_fn: object, a: float, b: float) -> MixingName:
+        """Check FedAsync's own options; return ``staleness_fn`` typed (ConfigError names it).
+
+        ``alpha`` in ``(0, 1]``, ``staleness_fn`` one of :data:`MIXINGS`, ``a > 0``,
+        ``b >= 0``.
+        """
+        kind = validate.choice("staleness_fn", staleness_fn, MIXINGS)
+        fedasync_mixing(alpha, 0, kind, a, b)  # type: ignore[arg-type]  # alpha, a, b
+        return kind  # type: ignore[return-value]  # one of MIXINGS
 
     def aggregation_due(self, buffered: int) -> bool:
         """Return ``True``: every update is mixed in at once."""
@@ -171,5 +181,5 @@ class FedAsync(_WithoutValues):
                 (1.0 - mix) * c + mix * x.astype(np.float64)
                 for c, x in zip(current, update.arrays, strict=True)
             ]
-        out = [_cast_like(c, ref) for c, ref in zip(current, global_arrays, strict=True)]
+        out = [cast_like(c, ref) for c, ref in zip(current, global_arrays, strict=True)]
         return Combined(out, tuple(weights))

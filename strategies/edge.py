@@ -11,18 +11,17 @@ after each aggregation from each node's fitted ``T = k f + b``).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Hashable, Sequence
 from logging import INFO
-from typing import Any, Literal, get_args
+from typing import Literal, Unpack, get_args
 
 import numpy as np
 from flwr.common.logger import log
 
+from flower_edge import validate
 from flower_edge.aggregation import WeightedSum
-from flower_edge.errors import ConfigError
-from strategies.base import SemiAsyncStrategy
-from strategies.evaluation import NDArray
+from flower_edge.arrays import NDArray, cast_like
+from strategies.base import SemiAsyncStrategy, StrategyOptions
 from strategies.records import Combined, Update
 
 __all__ = ["AGGREGATES", "Aggregate", "EdgeStrategy"]
@@ -30,12 +29,6 @@ __all__ = ["AGGREGATES", "Aggregate", "EdgeStrategy"]
 Aggregate = Literal["models", "deltas"]
 AGGREGATES: tuple[str, ...] = get_args(Aggregate)
 """What EdgeStrategy averages: the local models (the seed) or their deltas from their bases."""
-
-
-def _cast_like(values: NDArray, ref: NDArray) -> NDArray:
-    if ref.dtype.kind != "f":
-        values = np.rint(values)
-    return values.astype(ref.dtype, copy=False)
 
 
 def _delta(array: NDArray, base: NDArray) -> NDArray:
@@ -67,7 +60,7 @@ class _StepSum(WeightedSum):
             step = np.asarray(array, dtype=np.float64)
             if not self._deltas:
                 step = step - x64
-            out.append(_cast_like(x64 + self._lr * step, x))
+            out.append(cast_like(x64 + self._lr * step, x))
         return out
 
     def mean(self) -> list[NDArray]:
@@ -116,10 +109,9 @@ class EdgeStrategy(SemiAsyncStrategy):
         Average the local models (the seed) or their deltas from their base models.
     server_lr : float (default: 1.0)
         ``eta`` in ``(0, 1]`` for ``"models"``, ``> 0`` for ``"deltas"``.
-    **options
-        See :class:`~strategies.loop.SemiAsyncStrategy`: ``decay``, ``decay_a``, ``decay_b``,
-        ``loop``, ``shares``, ``valuation``, ``stop``, ``clock``, ``checkpoint_dir``,
-        ``resume``.
+    **options : StrategyOptions
+        See :class:`~strategies.base.SemiAsyncStrategy` (typed; an unknown keyword raises
+        ``TypeError``).
 
     Examples
     --------
@@ -136,25 +128,28 @@ class EdgeStrategy(SemiAsyncStrategy):
         *,
         aggregate: Aggregate = "models",
         server_lr: float = 1.0,
-        **options: Any,
+        **options: Unpack[StrategyOptions],
     ) -> None:
         super().__init__(threshold, **options)
-        if aggregate not in AGGREGATES:
-            raise ConfigError(
-                f"aggregate must be one of {', '.join(AGGREGATES)}, got {aggregate!r}"
-            )
-        if (
-            isinstance(server_lr, bool)
-            or not isinstance(server_lr, int | float)
-            or not math.isfinite(server_lr)
-            or server_lr <= 0
-            or (aggregate == "models" and server_lr > 1)
-        ):
-            bound = "in (0, 1]" if aggregate == "models" else "finite and > 0"
-            raise ConfigError(f"server_lr must be {bound} for {aggregate}, got {server_lr!r}")
-        self.aggregate = aggregate
-        self.server_lr = float(server_lr)
-        self.needs_bases = aggregate == "deltas"
+        self.aggregate, self.server_lr = self.validate_options(aggregate, server_lr)
+        self.needs_bases = self.aggregate == "deltas"
+
+    @staticmethod
+    def validate_options(aggregate: object, server_lr: object) -> tuple[Aggregate, float]:
+        """Check EdgeStrategy's own options and return them typed.
+
+        ``aggregate`` is one of :data:`AGGREGATES`; ``server_lr`` is in ``(0, 1]`` with
+        ``"models"`` and ``> 0`` with ``"deltas"``. Raises ConfigError naming the field.
+        """
+        mode = validate.choice("aggregate", aggregate, AGGREGATES)
+        lr = validate.number(
+            "server_lr",
+            server_lr,
+            low=0.0,
+            low_inclusive=False,
+            high=1.0 if mode == "models" else None,
+        )
+        return ("models" if mode == "models" else "deltas"), lr
 
     def combine(
         self,

@@ -182,6 +182,34 @@ def test_invalid_settings_raise_a_clear_error(make: Callable[[], object], match:
         make()
 
 
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda: FedAsync(threshold=3), "unexpected keyword argument 'threshold'"),  # type: ignore[call-arg]
+        (lambda: FedBuff(threshold=2, treshold=3), "unexpected keyword argument 'treshold'"),  # type: ignore[call-arg]
+        (lambda: EdgeStrategy(threshold=2, lopo=None), "unexpected keyword argument 'lopo'"),  # type: ignore[call-arg]
+    ],
+)
+def test_a_wrong_constructor_option_is_an_error_not_dropped(
+    make: Callable[[], object], match: str
+) -> None:
+    with pytest.raises(TypeError, match=match):
+        make()
+
+
+def test_each_strategy_validator_names_its_field() -> None:
+    with pytest.raises(ConfigError, match=r"server_lr must be in \(0, 1\], got 1.5"):
+        EdgeStrategy.validate_options("models", 1.5)
+    assert EdgeStrategy.validate_options("deltas", 1.5) == ("deltas", 1.5)
+    with pytest.raises(ConfigError, match="aggregate must be one of models, deltas"):
+        EdgeStrategy.validate_options("sum", 0.5)
+    with pytest.raises(ConfigError, match="server_lr must be > 0, got 0"):
+        FedBuff.validate_options(0)
+    with pytest.raises(ConfigError, match="staleness_fn must be one of"):
+        FedAsync.validate_options(0.5, "exp", 0.5, 4.0)
+    assert FedAsync.validate_options(0.5, "hinge", 0.5, 4.0) == "hinge"
+
+
 def test_threshold_not_below_the_number_of_nodes_raises_before_any_message() -> None:
     grid = InProcessGrid(ToyEdge(), 4)
     strategy = EdgeStrategy(threshold=4, clock=virtual(), loop=LoopConfig(min_nodes=4))
