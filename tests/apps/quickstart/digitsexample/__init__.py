@@ -1,0 +1,1 @@
+"""digitsexample: a Flower / PyTorch app shaped like Flower's quickstart-pytorch."""
