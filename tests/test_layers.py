@@ -83,6 +83,44 @@ def test_no_test_module_imports_another_test_module() -> None:
     assert found == [], "shared test helpers belong in tests/conftest.py"
 
 
+#: issue 11's size targets: lines per file, lines per class
+MAX_FILE_LINES = 600
+MAX_CLASS_LINES = 400
+
+
+def oversized(root: Path, package: str) -> list[str]:
+    """Return the files of ``package`` over MAX_FILE_LINES and its classes over MAX_CLASS_LINES."""
+    found: list[str] = []
+    for path in sorted((root / package).rglob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        rel = path.relative_to(root).as_posix()
+        lines = len(source.splitlines())
+        if lines >= MAX_FILE_LINES:
+            found.append(f"{rel}: {lines} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
+                size = node.end_lineno - node.lineno + 1
+                if size > MAX_CLASS_LINES:
+                    found.append(f"{rel}: class {node.name} has {size} lines")
+    return found
+
+
+@pytest.mark.parametrize("package", ["clients", "simulations"])
+def test_files_and_classes_stay_small(package: str) -> None:
+    assert oversized(ROOT, package) == []
+
+
+def test_size_check_finds_long_files_and_classes(tmp_path: Path) -> None:
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_CLASS_LINES))
+    _write(tmp_path, "pkg/big.py", f"class Big:\n{body}\n")
+    _write(tmp_path, "pkg/long.py", "x = 1\n" * MAX_FILE_LINES)
+    _write(tmp_path, "pkg/ok.py", "class Small:\n    pass\n" + "y = 2\n" * 10)
+    assert oversized(tmp_path, "pkg") == [
+        f"pkg/big.py: class Big has {MAX_CLASS_LINES + 1} lines",
+        f"pkg/long.py: {MAX_FILE_LINES} lines",
+    ]
+
+
 def _write(root: Path, rel: str, source: str) -> None:
     path = root / rel
     path.parent.mkdir(parents=True, exist_ok=True)
