@@ -18,7 +18,8 @@ Messages
 - a choice: ``"{name} must be one of a, b, c, got {value!r}"``.
 
 ``{range}`` reads ``> 0``, ``>= 0``, ``<= 1``, ``in [0, 1]`` or ``in (0, 1]``. ``bool`` is never
-accepted as a number (``True`` is an ``int`` in Python). numpy scalars are accepted.
+accepted as a number (``True`` is an ``int`` in Python). numpy scalars are accepted; numpy
+itself is imported only by :func:`numbers`, so that command-line tools start fast.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from numbers import Integral, Real
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
-import numpy as np
-import numpy.typing as npt
+if TYPE_CHECKING:  # numpy is imported where an array is checked: the CLIs start without it
+    import numpy as np
+    import numpy.typing as npt
 
 from flower_edge.errors import ConfigError
 
@@ -229,6 +231,8 @@ def numbers(
     numpy.ndarray
         ``values`` as float64, same shape.
     """
+    import numpy as np
+
     bounds: dict[str, Any] = {
         "low": low,
         "high": high,
@@ -498,8 +502,10 @@ def boolean(name: str, value: object, *, error: type[Exception] = ConfigError) -
     bool
         ``bool(value)``.
     """
-    if isinstance(value, bool | np.bool_):
-        return bool(value)
+    if isinstance(value, bool):
+        return value
+    if type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_"):
+        return bool(value)  # type: ignore[arg-type]
     raise error(f"{name} must be a boolean (True or False), got {value!r}")
 
 

@@ -25,6 +25,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from flower_edge import validate
 from flower_edge.errors import InputError
 
 if TYPE_CHECKING:
@@ -104,12 +105,9 @@ def _settings(args: argparse.Namespace) -> list[SimSettings]:
     from simulations.app import SimSettings
     from simulations.scenarios import resolve_strategies
 
-    if args.rounds is not None and args.rounds < 1:
-        raise InputError(f"--rounds must be >= 1, got {args.rounds}")
-    if args.seed < 0:
-        raise InputError(f"--seed must be >= 0, got {args.seed}")
-    if args.cpus is not None and args.cpus < 1:
-        raise InputError(f"--cpus must be >= 1, got {args.cpus}")
+    validate.integer("--rounds", args.rounds, low=1, allow_none=True, error=InputError)
+    validate.integer("--seed", args.seed, low=0, error=InputError)
+    validate.integer("--cpus", args.cpus, low=1, allow_none=True, error=InputError)
     return [
         SimSettings.create(
             args.scenario,

@@ -47,7 +47,8 @@ from typing import Literal, get_args
 
 import numpy as np
 
-from flower_edge.errors import ConfigError, InputError
+from flower_edge import validate
+from flower_edge.errors import InputError
 
 __all__ = [
     "DISTRIBUTIONS",
@@ -92,11 +93,8 @@ class JobCost:
 
     def __post_init__(self) -> None:
         for name in ("compute_flops", "memory_bytes", "sample_bytes"):
-            value = getattr(self, name)
-            if not math.isfinite(value) or value < 0:
-                raise InputError(f"JobCost.{name} must be a finite number >= 0, got {value!r}")
-        if self.model_bytes < 0:
-            raise InputError(f"JobCost.model_bytes must be >= 0, got {self.model_bytes}")
+            validate.number(f"JobCost.{name}", getattr(self, name), low=0.0, error=InputError)
+        validate.integer("JobCost.model_bytes", self.model_bytes, low=0, error=InputError)
         if self.compute_flops == 0 and self.memory_bytes == 0 and self.sample_bytes == 0:
             raise InputError("JobCost must have a positive compute, memory or sample cost")
 
@@ -206,14 +204,9 @@ class PopulationConfig:
     noise: float = 0.1
 
     def __post_init__(self) -> None:
-        if self.num_devices < 1:
-            raise ConfigError(f"num_devices must be >= 1, got {self.num_devices}")
-        if self.seed < 0:
-            raise ConfigError(f"seed must be >= 0, got {self.seed}")
-        if self.distribution not in DISTRIBUTIONS:
-            raise ConfigError(
-                f"distribution must be one of {', '.join(DISTRIBUTIONS)}, got {self.distribution!r}"
-            )
+        validate.integer("num_devices", self.num_devices, low=1)
+        validate.integer("seed", self.seed, low=0)
+        validate.choice("distribution", self.distribution, DISTRIBUTIONS)
         _check_range("compute_spread", self.compute_spread, low=1.0)
         _check_range("gpu_speedup", self.gpu_speedup, low=1.0)
         for name in ("gpu_fraction", "flaky_fraction"):
@@ -232,13 +225,9 @@ class PopulationConfig:
 
 
 def _check_range(
-    name: str, value: float, *, low: float, high: float = math.inf, open_low: bool = False
+    name: str, value: float, *, low: float, high: float | None = None, open_low: bool = False
 ) -> None:
-    ok = math.isfinite(value) and (value > low if open_low else value >= low) and value <= high
-    if not ok:
-        bound = f"> {low}" if open_low else f">= {low}"
-        upper = "" if math.isinf(high) else f" and <= {high}"
-        raise ConfigError(f"{name} must be a finite number {bound}{upper}, got {value!r}")
+    validate.number(name, value, low=low, high=high, low_inclusive=not open_low)
 
 
 def _stretch(logs: np.ndarray, spread: float) -> np.ndarray:
@@ -404,8 +393,7 @@ class VirtualDevice:
     """
 
     def __init__(self, spec: DeviceSpec, cost: JobCost, seed: int = 0, noise: float = 0.1) -> None:
-        if seed < 0:
-            raise ConfigError(f"seed must be >= 0, got {seed}")
+        validate.integer("seed", seed, low=0)
         _check_range("noise", noise, low=0.0)
         self.spec = spec
         self.cost = cost
@@ -451,8 +439,7 @@ class VirtualDevice:
 
     def advance(self, t: float, work: float) -> float:
         """Return when ``work`` online seconds started at ``t`` end, offline stretches paused."""
-        if work < 0:
-            raise InputError(f"work must be >= 0 seconds, got {work}")
+        validate.number("work", work, low=0.0, finite=False, error=InputError)
         if self._timeline is None:
             return t + work
         return self._timeline.advance(max(t, 0.0), work)
@@ -478,8 +465,7 @@ class VirtualDevice:
         Offline time within the budget does not count; the slice's noise factor (drawn from
         ``start``) applies, as in :meth:`slice_seconds`.
         """
-        if not budget > 0 or not math.isfinite(budget):
-            raise InputError(f"budget must be a finite number > 0 seconds, got {budget!r}")
+        validate.number("budget", budget, low=0.0, low_inclusive=False, error=InputError)
         online = self.online_seconds(start, start + budget)
         per_sample = self.seconds_per_sample * self.noise_factor(start)
         return int(online / per_sample)

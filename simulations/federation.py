@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
-from flower_edge import wire
+from flower_edge import validate, wire
 from flower_edge.errors import ConfigError, InputError
 from simulations.settings import RUN_CONFIG_DEFAULTS, SimSettings
 
@@ -52,8 +52,7 @@ def sized_settings(run_config: Mapping[str, object], nodes: int) -> SimSettings:
         ``clients`` is set and differs from ``nodes``, or the scenario cannot run with
         ``nodes`` clients; the message names ``clients`` and ``num-supernodes``.
     """
-    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
-        raise ConfigError(f"num-supernodes must be an integer >= 1, got {nodes!r}")
+    validate.integer("num-supernodes", nodes, low=1)
     config = {**RUN_CONFIG_DEFAULTS, **dict(run_config)}
     base = SimSettings.from_run_config(config)
     if base.scenario.num_clients == nodes:

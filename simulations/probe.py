@@ -15,6 +15,7 @@ virtual workload saturates its resource), so ``N_r`` is the workload's samples p
 
 from __future__ import annotations
 
+from flower_edge import validate
 from flower_edge.errors import InputError
 from flower_edge.profiling.report import (
     MODES,
@@ -50,8 +51,7 @@ class VirtualProbe:
 
     def profile(self, mode: Mode) -> ProfileReport:
         """Return the device's profile report in ``mode`` ("quick" or "full")."""
-        if mode not in MODES:
-            raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        validate.choice("mode", mode, MODES, error=InputError)
         sizes = WORKLOAD_SAMPLES[:1] if mode == "quick" else WORKLOAD_SAMPLES
         rates = self.device.resource_evaluations()  # samples per second, per resource
         resources: dict[str, ResourceReport] = {}

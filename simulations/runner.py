@@ -23,7 +23,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from flower_edge.errors import ConfigError, FlowerEdgeError
+from flower_edge import validate
+from flower_edge.errors import FlowerEdgeError
 from simulations.app import ProgressFn, SimSettings
 from simulations.report import RunResult
 from simulations.scenarios import ENGINES, Engine
@@ -87,12 +88,9 @@ def run_experiment(
     FlowerEdgeError
         The run ended without a result.
     """
-    if engine not in ENGINES:
-        raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
-    if not client_num_cpus > 0:
-        raise ConfigError(f"client_num_cpus must be > 0, got {client_num_cpus!r}")
-    if cpus is not None and cpus < 1:
-        raise ConfigError(f"cpus must be >= 1, got {cpus!r}")
+    validate.choice("engine", engine, ENGINES)
+    validate.number("client_num_cpus", client_num_cpus, low=0.0, low_inclusive=False)
+    validate.integer("cpus", cpus, low=1, allow_none=True)
     import torch
 
     _quiet_flower(verbose)

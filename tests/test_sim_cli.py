@@ -27,9 +27,9 @@ def _one_thread() -> None:
         (["--clients", "5000"], r"clients must be <= 179 for scenario 'digits-20'"),
         (["--threshold", "20"], r"threshold K must be >= 1 and < clients \(20\), got 20"),
         (["--clients", "4", "--threshold", "4"], r"< clients \(4\), got 4"),
-        (["--rounds", "0"], "--rounds must be >= 1"),
+        (["--rounds", "0"], "--rounds must be an integer >= 1"),
         (["--heterogeneity", "0.5"], "heterogeneity must be >= 1.0"),
-        (["--seed", "-1"], "--seed must be >= 0"),
+        (["--seed", "-1"], "--seed must be an integer >= 0"),
     ],
 )
 def test_bad_input_exits_2_before_the_engine(

@@ -61,11 +61,11 @@ def test_population_fractions() -> None:
 @pytest.mark.parametrize(
     ("field", "value", "match"),
     [
-        ("num_devices", 0, "num_devices must be >= 1"),
+        ("num_devices", 0, "num_devices must be an integer >= 1"),
         ("compute_spread", 0.5, "compute_spread must be"),
-        ("gpu_fraction", 1.5, r"gpu_fraction must be .*<= 1.0"),
+        ("gpu_fraction", 1.5, r"gpu_fraction must be in \[0, 1\], got 1.5"),
         ("distribution", "uniform", "distribution must be one of lognormal, pareto"),
-        ("mean_offline", 0.0, "mean_offline must be a finite number > 0"),
+        ("mean_offline", 0.0, "mean_offline must be > 0, got 0.0"),
         ("noise", math.nan, "noise must be"),
     ],
 )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from typing import Any
 
 import numpy as np
@@ -248,3 +250,9 @@ def test_parse_integer_and_number_report_the_text_received() -> None:
     with pytest.raises(ConfigError) as info:
         parse_number("--p", "0", low=0.0, low_inclusive=False)
     assert str(info.value) == "--p must be > 0, got 0.0"
+
+
+def test_importing_validate_does_not_import_numpy() -> None:
+    code = "import sys, flower_edge.validate; print('numpy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
