@@ -2,7 +2,9 @@
 # The slow tests on Flower's real deployment runtime (SuperLink + SuperNodes on 127.0.0.1):
 # the user-facing deploy/app end to end over TLS with node authentication (real torch
 # training), a SuperNode killed mid-training and restarted, the ServerApp killed after an
-# aggregation and resumed from its checkpoint. They take several minutes on a small machine,
+# aggregation and resumed from its checkpoint, the SuperLink restarted (SuperNodes survive with
+# the default database, end with --in-memory), an authenticated SuperNode restarted at once
+# (exit code 305, retried). They take several minutes on a small machine,
 # so the default test command (scripts/test.sh) leaves them out (marker "slow"); the
 # deployment test that fits its budget (tests/test_deploy_runtime.py) runs there.
 # Every process a test starts is stopped by its pid; ports are chosen free at run time.
@@ -13,4 +15,4 @@ bash "$root/scripts/setup.sh"
 source "$root/scripts/env.sh"
 cd "$root"
 exec "$root/.venv/bin/pytest" -m "deployment and slow" \
-  tests/test_deploy_e2e.py tests/test_faults_deployment.py "$@"
+  tests/test_deploy_e2e.py tests/test_faults_deployment.py tests/test_deploy_restarts.py "$@"
