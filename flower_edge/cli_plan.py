@@ -562,13 +562,12 @@ def _compute_share(args: argparse.Namespace) -> float:
         raise InputError("give exactly one of --model (with --input-shape) or --compute-share")
     if args.model is not None:
         return _analyze(args, args.model).compute_share
-    return validate.parse_number(
-        "--compute-share", args.compute_share, low=0.0, high=1.0, error=InputError
-    )
+    share = validate.from_text(args.compute_share, float)
+    return validate.probability("--compute-share", share, error=InputError)
 
 
 def _int_option(text: str, option: str) -> int:
-    return validate.parse_integer(option, text, low=0, error=InputError)
+    return validate.integer(option, validate.from_text(text, int), low=0, error=InputError)
 
 
 def format_plan(doc: Mapping[str, Any], other: Allocation, max_rows: int) -> str:

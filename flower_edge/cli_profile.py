@@ -68,7 +68,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def _repeats(text: str | None) -> int | None:
     if text is None:
         return None
-    return validate.parse_integer("--repeats", text, low=1, high=_MAX_REPEATS)
+    return validate.integer("--repeats", validate.from_text(text, int), low=1, high=_MAX_REPEATS)
 
 
 def _disk_dir(text: str | None) -> Path | None:

@@ -42,8 +42,7 @@ __all__ = [
     "integer",
     "number",
     "numbers",
-    "parse_integer",
-    "parse_number",
+    "from_text",
     "probability",
     "text",
 ]
@@ -334,82 +333,28 @@ def integer(
     return int(value)
 
 
-def parse_integer(
-    name: str,
-    text: str,
-    *,
-    low: int | None = None,
-    high: int | None = None,
-    error: type[Exception] = ConfigError,
-) -> int:
-    """Parse an integer given as text (a command-line option) and check it as :func:`integer`.
+def from_text(text: str, kind: type[int] | type[float]) -> object:
+    """Convert a command-line option's text to ``kind``, or return the text when it is not one.
+
+    Pass the result to :func:`integer` or :func:`number`, which then report text that is not a
+    number as received: ``integer("--repeats", from_text(text, int), low=1)``.
 
     Parameters
     ----------
-    name : str
-        The option as the user typed it (``"--repeats"``).
     text : str
-        The text to parse; text that is not an integer is reported as received.
-    low, high : int, optional
-        Inclusive bounds.
-    error : type of Exception (default: ConfigError)
-        The exception class to raise (``InputError`` for bad input rather than settings).
+        The option's text.
+    kind : type
+        ``int`` or ``float``.
 
     Returns
     -------
-    int
-        The parsed integer.
+    object
+        ``kind(text)``, or ``text`` unchanged when it does not parse.
     """
     try:
-        value: object = int(text)
+        return kind(text)
     except ValueError:
-        value = text
-    return integer(name, value, low=low, high=high, error=error)
-
-
-def parse_number(
-    name: str,
-    text: str,
-    *,
-    low: float | None = None,
-    high: float | None = None,
-    low_inclusive: bool = True,
-    high_inclusive: bool = True,
-    error: type[Exception] = ConfigError,
-) -> float:
-    """Parse a number given as text (a command-line option) and check it as :func:`number`.
-
-    Parameters
-    ----------
-    name : str
-        The option as the user typed it (``"--compute-share"``).
-    text : str
-        The text to parse; text that is not a number is reported as received.
-    low, high : float, optional
-        Bounds of the allowed range.
-    low_inclusive, high_inclusive : bool (default: True)
-        Whether each bound itself is allowed.
-    error : type of Exception (default: ConfigError)
-        The exception class to raise (``InputError`` for bad input rather than settings).
-
-    Returns
-    -------
-    float
-        The parsed number (finite).
-    """
-    try:
-        value: object = float(text)
-    except ValueError:
-        value = text
-    return number(
-        name,
-        value,
-        low=low,
-        high=high,
-        low_inclusive=low_inclusive,
-        high_inclusive=high_inclusive,
-        error=error,
-    )
+        return text
 
 
 def probability(

@@ -16,11 +16,10 @@ from flower_edge.validate import (
     boolean,
     choice,
     describe_range,
+    from_text,
     integer,
     number,
     numbers,
-    parse_integer,
-    parse_number,
     probability,
     text,
 )
@@ -232,24 +231,30 @@ def test_numbers_matrix_with_column_names_against_brute_force() -> None:
         assert str(info.value) == f"e[{i}][{col!r}] must be > 0, got {float(arr[i, j])!r}"
 
 
-def test_parse_integer_and_number_report_the_text_received() -> None:
-    assert parse_integer("--n", "7", low=0) == 7
+@pytest.mark.parametrize(
+    ("text", "kind", "check", "message"),
+    [
+        ("many", int, {"low": 1, "high": 100}, "--x must be an integer in [1, 100], got 'many'"),
+        ("-5", int, {"low": 0}, "--x must be an integer >= 0, got -5"),
+        ("2.5", int, {}, "--x must be an integer, got '2.5'"),
+        ("half", float, {"low": 0.0}, "--x must be a finite number >= 0, got 'half'"),
+        ("nan", float, {"low": 0.0}, "--x must be a finite number >= 0, got nan"),
+        ("0", float, {"low": 0.0, "low_inclusive": False}, "--x must be > 0, got 0.0"),
+    ],
+)
+def test_from_text_lets_the_checks_report_the_text_received(
+    text: str, kind: type[int] | type[float], check: dict[str, Any], message: str
+) -> None:
+    check_fn: Any = integer if kind is int else number
     with pytest.raises(ConfigError) as info:
-        parse_integer("--n", "many", low=1, high=100)
-    assert str(info.value) == "--n must be an integer in [1, 100], got 'many'"
-    with pytest.raises(InputError) as input_info:
-        parse_integer("--n", "-5", low=0, error=InputError)
-    assert str(input_info.value) == "--n must be an integer >= 0, got -5"
-    assert parse_number("--p", "0.25", low=0.0, high=1.0) == 0.25
-    with pytest.raises(ConfigError) as info:
-        parse_number("--p", "half", low=0.0, high=1.0)
-    assert str(info.value) == "--p must be a finite number in [0, 1], got 'half'"
-    with pytest.raises(ConfigError) as info:
-        parse_number("--p", "nan", low=0.0, high=1.0)
-    assert str(info.value) == "--p must be a finite number in [0, 1], got nan"
-    with pytest.raises(ConfigError) as info:
-        parse_number("--p", "0", low=0.0, low_inclusive=False)
-    assert str(info.value) == "--p must be > 0, got 0.0"
+        check_fn("--x", from_text(text, kind), **check)
+    assert str(info.value) == message
+
+
+def test_from_text_converts() -> None:
+    assert from_text("7", int) == 7
+    assert from_text("0.25", float) == 0.25
+    assert from_text("x", float) == "x"
 
 
 def test_importing_validate_does_not_import_numpy() -> None:
