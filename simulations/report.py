@@ -7,6 +7,9 @@ JSON contract of ``flower-edge simulate --json`` (one object per run; a list for
      "target_accuracy": float, "time_to_target": float | null (virtual seconds),
      "final_accuracy": float, "rounds": int, "abandoned_jobs": int,
      "wasted_compute_fraction": float, "wall_seconds": float,
+     "description": str,
+     "abandon": {"offers": int, "abandoned": int, "samples_wasted": int,
+                 "samples_saved": int, "theta": float | null},
      "history": [{"virtual_time": float, "round": int, "accuracy": float,
                   "participants": int, "mean_staleness": float}]}
 
@@ -14,6 +17,13 @@ JSON contract of ``flower-edge simulate --json`` (one object per run; a list for
 whose work never reached an aggregation: jobs abandoned by the abandon rule, plus finished
 updates the server rejected or never aggregated before the run ended. Work still in flight
 when the run ends is not counted either way.
+
+``description`` names the strategy; for ``edge`` it lists every departure from the seeds
+(``simulations.presets``). ``abandon`` is the strategy's own tally of the abandon rule
+(``strategies.abandon``): preemption points offered (a newer global reached a node busy with a
+stale job), jobs abandoned there, the samples those jobs had trained (wasted) and the samples
+they did not need to train (saved), and the last theta sent; all 0 (theta null) for a
+strategy without the rule.
 """
 
 from __future__ import annotations
@@ -124,6 +134,10 @@ class RunResult:
         Per-client spans (for the timeline plot; not part of the JSON contract).
     extras : dict[str, Any] (default: {})
         Extra figures for benchmarks (iteration makespan, samples processed, ...).
+    description : str (default: "")
+        What the strategy is; for ``edge``, its departures from the seeds.
+    abandon : dict[str, float] (default: {})
+        The abandon rule's tally (see the module docstring).
     """
 
     scenario: str
@@ -139,6 +153,8 @@ class RunResult:
     history: tuple[HistoryPoint, ...]
     timeline: tuple[TimelineSpan, ...] = ()
     extras: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    description: str = ""
+    abandon: dict[str, float] = field(default_factory=dict, hash=False, compare=False)
 
     @property
     def time_to_target(self) -> float | None:
@@ -164,6 +180,14 @@ class RunResult:
             "abandoned_jobs": self.abandoned_jobs,
             "wasted_compute_fraction": self.wasted_compute_fraction,
             "wall_seconds": self.wall_seconds,
+            "description": self.description,
+            "abandon": {
+                "offers": int(self.abandon.get("offers", 0)),
+                "abandoned": int(self.abandon.get("abandoned", 0)),
+                "samples_wasted": int(self.abandon.get("samples_wasted", 0)),
+                "samples_saved": int(self.abandon.get("samples_saved", 0)),
+                "theta": self.abandon.get("theta"),
+            },
             "history": [h.to_dict() for h in self.history],
         }
 
@@ -212,6 +236,16 @@ def summary_table(results: Sequence[RunResult]) -> str:
             f"scenario {r0.scenario}, {r0.clients} clients, target accuracy "
             f"{r0.target_accuracy:.2f}; times in virtual seconds"
         )
+    fired = [r for r in results if r.abandon.get("offers")]
+    for r in fired:
+        a = r.abandon
+        lines.append(
+            f"{r.strategy}: abandon rule fired {int(a.get('abandoned', 0))} times at "
+            f"{int(a.get('offers', 0))} preemption points; samples wasted "
+            f"{int(a.get('samples_wasted', 0))}, saved {int(a.get('samples_saved', 0))}"
+        )
+    described = {r.strategy: r.description for r in results if r.description}
+    lines.extend(described.values())
     return "\n".join(lines)
 
 

@@ -45,7 +45,10 @@ __all__ = [
     "resolve_strategies",
 ]
 
-StrategyName = Literal["edge", "fedavg", "fedbuff", "fedasync"]
+StrategyName = Literal["edge", "edge-seed", "fedavg", "fedbuff", "fedasync"]
+"""``edge``: the project's best configuration of the edge method; ``edge-seed``: the seeds
+exactly (``simulations.presets`` names every departure); then Flower's FedAvg and the FedBuff
+and FedAsync baselines."""
 STRATEGIES: tuple[str, ...] = get_args(StrategyName)
 
 #: how a scenario runs: Flower's simulation engine (Ray) or one process without Ray
@@ -203,7 +206,7 @@ class Scenario:
             return 1
         if strategy == "fedbuff":  # FedBuff aggregates a full buffer of K
             return self.threshold
-        return self.threshold + 1  # the seed: more than K
+        return self.threshold + 1  # edge and edge-seed, the seed: more than K
 
     def rounds_for(self, strategy: StrategyName) -> int:
         """Return the aggregations that fit the scenario's update budget for ``strategy``."""

@@ -13,6 +13,7 @@ from logging import INFO
 from typing import TYPE_CHECKING, Any, Literal
 
 from simulations.nodes import build_task, compute_share, devices_for, samples_per_round
+from simulations.presets import describe
 from simulations.report import HistoryPoint, RunResult, TimelineSpan
 from simulations.settings import MAX_SHARE_OVER_MEAN, MESSAGE_TIMEOUT, SimSettings
 
@@ -83,27 +84,29 @@ def build_strategy(settings: SimSettings, clock: Any) -> Strategy:
             min_available_nodes=sc.num_clients,
         )
     import strategies
-    from strategies.config import LoopConfig, ShareConfig
+    from simulations.presets import EDGE_PRESETS, edge_options
+    from strategies.config import AbandonConfig, LoopConfig, ShareConfig
 
     loop = LoopConfig(slice_budget=sc.slice_budget, min_nodes=sc.num_clients, poll_interval=0.01)
     uniform = settings.shares == "uniform"
+    capped = settings.strategy != "edge-seed"  # the seed's shares are uncapped
     shares = ShareConfig(
         profile=not uniform,
         rebalance="off" if uniform else "seed",
-        compute_share=compute_share(sc),
+        compute_share=compute_share(sc),  # the operator analysis of the scenario's model
         total_samples=None if uniform else samples_per_round(sc, settings.seed),
-        max_share_fraction=min(1.0, MAX_SHARE_OVER_MEAN / sc.num_clients),
+        max_share_fraction=min(1.0, MAX_SHARE_OVER_MEAN / sc.num_clients) if capped else 1.0,
     )
-    if settings.strategy == "edge":
+    if settings.strategy in EDGE_PRESETS:
         return strategies.EdgeStrategy(
             threshold=sc.threshold,
             decay=settings.decay,
             decay_a=settings.decay_a,
-            aggregate=sc.edge_aggregate if settings.aggregate is None else settings.aggregate,
-            server_lr=sc.edge_server_lr if settings.server_lr is None else settings.server_lr,
             loop=loop,
             shares=shares,
+            abandon=AbandonConfig(alpha=settings.alpha, theta=settings.theta),
             clock=clock,
+            **edge_options(settings),
         )
     # the baselines keep their own defaults: equal shares, no values
     if settings.strategy == "fedbuff":
@@ -171,7 +174,25 @@ def run_server(grid: Grid, settings: SimSettings, progress: ProgressFn | None = 
         history=tuple(history),
         timeline=tuple(spans),
         extras=_extras(recorder.ledger, history),
+        description=describe(settings),
+        abandon=_abandon(result),
     )
+
+
+def _abandon(result: Any) -> dict[str, float]:
+    """Return the abandon rule's tally from the strategy's last train metrics."""
+    metrics = getattr(result, "train_metrics_clientapp", {}) or {}
+    if not metrics:
+        return {}
+    last = metrics[max(metrics)]
+    keys = {
+        "offers": "abandon-offers",
+        "abandoned": "abandoned-jobs",
+        "samples_wasted": "abandon-samples-wasted",
+        "samples_saved": "abandon-samples-saved",
+        "theta": "abandon-theta",
+    }
+    return {k: float(last[w]) for k, w in keys.items() if w in last}
 
 
 def _history(strategy: Any, evaluator: _Evaluator, result: Any) -> list[HistoryPoint]:

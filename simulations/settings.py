@@ -9,12 +9,13 @@ The Flower App (:mod:`simulations.app`) reads its settings from the run config
 key                      meaning (default)
 =======================  =====================================================================
 ``scenario``             scenario name (``digits-20``); see ``simulations.scenarios``
-``strategy``             ``edge`` | ``fedavg`` | ``fedbuff`` | ``fedasync`` (``edge``)
+``strategy``             ``edge`` | ``edge-seed`` | ``fedavg`` | ``fedbuff`` | ``fedasync`` (edge)
 ``num-server-rounds``    aggregations; 0 = the scenario's update budget (0)
 ``threshold``            K; 0 = the scenario's (0)
 ``decay``                staleness decay of the edge strategy (``polynomial``)
 ``decay-a``              its parameter (0.5)
-``alpha``, ``theta``     abandon rule: ``score = alpha R + (1 - alpha) V >= theta`` (0.5, 0.6)
+``alpha``, ``theta``     abandon rule: ``score = alpha R + (1 - alpha) V >= theta`` (0.5, -1);
+                         theta < 0: the server derives it from the live scores (the median)
 ``seed``                 seed of devices, data partition, model and sampling (0)
 ``clients``              number of clients; 0 = the scenario's (0)
 ``heterogeneity``        fastest / slowest compute; 0 = the scenario's (0)
@@ -78,7 +79,7 @@ RUN_CONFIG_DEFAULTS: Final[dict[str, str | int | float]] = {
     DECAY: "polynomial",
     DECAY_A: 0.5,
     ALPHA: 0.5,
-    THETA: 0.6,
+    THETA: -1.0,
     SEED: 0,
     CLIENTS: 0,
     HETEROGENEITY: 0.0,
@@ -101,8 +102,8 @@ class SimSettings:
     ----------
     scenario : Scenario
         The resolved scenario (client count, heterogeneity and K applied).
-    strategy : {"edge", "fedavg", "fedbuff", "fedasync"}
-        Strategy to run.
+    strategy : {"edge", "edge-seed", "fedavg", "fedbuff", "fedasync"}
+        Strategy to run (``simulations.presets`` describes the two edge presets).
     seed : int
         Seed of devices, partition, initial model and local sampling (>= 0).
     rounds : int
@@ -113,8 +114,9 @@ class SimSettings:
         Parameter of the decay (> 0).
     alpha : float (default: 0.5)
         Weight of resources in the abandon score, in [0, 1].
-    theta : float (default: 0.6)
-        Abandon threshold (>= 0; ``math.inf`` never abandons).
+    theta : float, optional
+        Abandon threshold (>= 0; ``math.inf`` never abandons); ``None`` (default): the
+        server derives it from the live scores (:func:`flower_edge.decision.derive_theta`).
     shares : {"match", "uniform"} (default: "match")
         Sample shares from the radar match ratio (with rebalancing) or equal shares.
     aggregate : {"models", "deltas"}, optional
@@ -130,7 +132,7 @@ class SimSettings:
     decay: str = "polynomial"
     decay_a: float = 0.5
     alpha: float = 0.5
-    theta: float = 0.6
+    theta: float | None = None
     shares: ShareMode = "match"
     aggregate: Aggregate | None = None
     server_lr: float | None = None
@@ -152,7 +154,7 @@ class SimSettings:
         make_decay(self.decay, a=self.decay_a)  # the decay's own range checks
         if not 0.0 <= self.alpha <= 1.0:
             raise InputError(f"alpha must be in [0, 1], got {self.alpha!r}")
-        if not self.theta >= 0.0:
+        if self.theta is not None and not self.theta >= 0.0:
             raise InputError(f"theta must be >= 0 (inf = never abandon), got {self.theta!r}")
         if self.shares not in SHARE_MODES:
             raise InputError(f"shares must be one of {', '.join(SHARE_MODES)}, got {self.shares!r}")
@@ -248,7 +250,7 @@ class SimSettings:
                 decay=text(DECAY),
                 decay_a=real(DECAY_A),
                 alpha=real(ALPHA),
-                theta=real(THETA),
+                theta=real(THETA) if real(THETA) >= 0 else None,
                 shares=text(SHARES),
             )
         except ConfigError:
@@ -261,11 +263,13 @@ class SimSettings:
         from clients import settings as cs
 
         sc = self.scenario
-        return {
+        out: dict[str, int | float | str] = {
             cs.LEARNING_RATE: sc.learning_rate,
             cs.BATCH_SIZE: sc.batch_size,
             cs.LOCAL_EPOCHS: sc.local_epochs,
             cs.ALPHA: self.alpha,
-            cs.THETA: self.theta,
             cs.SEED: self.seed,
         }
+        if self.theta is not None:  # else the server sends its derived theta
+            out[cs.THETA] = self.theta
+        return out

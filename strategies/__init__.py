@@ -10,7 +10,13 @@ from strategies.base import SemiAsyncStrategy, StrategyOptions
 from strategies.baselines import FedAsync, FedBuff
 from strategies.checkpoint import Checkpoint, CheckpointStore
 from strategies.clock import Clock, ManualClock, VirtualClock, WallClock
-from strategies.config import LoopConfig, ShareConfig, StopConfig, ValuationConfig
+from strategies.config import (
+    AbandonConfig,
+    LoopConfig,
+    ShareConfig,
+    StopConfig,
+    ValuationConfig,
+)
 from strategies.edge import EdgeStrategy
 from strategies.inprocess import InProcessGrid
 from strategies.records import (
@@ -25,6 +31,7 @@ from strategies.records import (
 )
 
 __all__ = [
+    "AbandonConfig",
     "AggregationRecord",
     "Checkpoint",
     "CheckpointStore",

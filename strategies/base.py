@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import math
 from collections.abc import Callable, Iterable, Sequence
 from logging import INFO, WARNING
 from pathlib import Path
@@ -23,12 +22,18 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
-from flower_edge import wire
+from flower_edge import validate, wire
 from flower_edge.aggregation import WeightedSum, weighted_average
 from flower_edge.errors import ConfigError, InputError
 from flower_edge.staleness import make_decay
 from strategies.clock import Clock, WallClock
-from strategies.config import LoopConfig, ShareConfig, StopConfig, ValuationConfig
+from strategies.config import (
+    AbandonConfig,
+    LoopConfig,
+    ShareConfig,
+    StopConfig,
+    ValuationConfig,
+)
 from strategies.evaluation import EvaluateFn, NDArray, to_record
 from strategies.loop import EventLoop
 from strategies.records import (
@@ -53,6 +58,7 @@ class StrategyOptions(TypedDict, total=False):
     shares: ShareConfig | None
     valuation: ValuationConfig | None
     stop: StopConfig | None
+    abandon: AbandonConfig | None
     clock: Clock | None
     checkpoint_dir: str | Path | None
     resume: bool
@@ -69,8 +75,11 @@ class SemiAsyncStrategy(Strategy):
         ``g`` of the weights (see :func:`flower_edge.staleness.make_decay`).
     decay_a, decay_b : float, optional
         Parameters of a named decay (defaults of :class:`flower_edge.staleness.Decay`).
-    loop, shares, valuation, stop : option groups
-        See :mod:`strategies.config`.
+    loop, shares, valuation, stop, abandon : option groups
+        See :mod:`strategies.config`. ``stop`` defaults to the class's
+        :attr:`default_stop` (the edge strategy stops on a plateau); ``abandon`` drives the
+        clients' abandon rule (theta derived from the live scores by default; strategies
+        that send no values send ``theta = inf``).
     clock : Clock, optional
         Time source (default: :class:`~strategies.clock.WallClock`).
     checkpoint_dir : path, optional
@@ -83,6 +92,8 @@ class SemiAsyncStrategy(Strategy):
     name = "semi-async"
     #: whether :meth:`combine` reads the base models of the updates (deltas)
     needs_bases = False
+    #: convergence stop when ``stop`` is not given (none: the round budget only)
+    default_stop = StopConfig()
 
     def __init__(
         self,
@@ -95,12 +106,13 @@ class SemiAsyncStrategy(Strategy):
         shares: ShareConfig | None = None,
         valuation: ValuationConfig | None = None,
         stop: StopConfig | None = None,
+        abandon: AbandonConfig | None = None,
         clock: Clock | None = None,
         checkpoint_dir: str | Path | None = None,
         resume: bool = False,
     ) -> None:
-        if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1:
-            raise ConfigError(f"threshold K must be an integer >= 1, got {threshold!r}")
+        validate.integer("threshold K", threshold, low=1)
+        validate.boolean("resume", resume)
         params = {k: v for k, v in (("a", decay_a), ("b", decay_b)) if v is not None}
         self.threshold = threshold
         self.decay_spec = decay
@@ -108,7 +120,8 @@ class SemiAsyncStrategy(Strategy):
         self.loop = LoopConfig() if loop is None else loop
         self.shares = ShareConfig() if shares is None else shares
         self.valuation = ValuationConfig() if valuation is None else valuation
-        self.stop = StopConfig() if stop is None else stop
+        self.stop = self.default_stop if stop is None else stop
+        self.abandon = AbandonConfig() if abandon is None else abandon
         self.clock: Clock = WallClock() if clock is None else clock
         if resume and checkpoint_dir is None:
             raise ConfigError("resume=True needs checkpoint_dir")
@@ -196,6 +209,7 @@ class SemiAsyncStrategy(Strategy):
                 "\t│   (no evaluate_fn: no leave-one-out values, every node gets the same value)",
             )
         log(INFO, "\t├── stop: %s", self.stop)
+        log(INFO, "\t├── abandon: %s", self.abandon if self.sends_values() else "off")
         log(INFO, "\t├── clock: %r", self.clock)
         log(INFO, "\t└── checkpoint: %s (resume: %s)", self.checkpoint_dir, self.resume)
 
@@ -293,10 +307,8 @@ class SemiAsyncStrategy(Strategy):
             aggregation ``r`` (``participants``, ``mean-staleness``, ``clock-time``,
             ``value-<node id>``, ``weight-<node id>``, ...).
         """
-        if isinstance(num_rounds, bool) or not isinstance(num_rounds, int) or num_rounds < 0:
-            raise ConfigError(f"num_rounds must be an integer >= 0, got {num_rounds!r}")
-        if not (isinstance(timeout, int | float) and timeout > 0 and math.isfinite(timeout)):
-            raise ConfigError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
+        validate.integer("num_rounds", num_rounds, low=0)
+        validate.number("timeout (seconds)", timeout, low=0.0, low_inclusive=False)
         if len(initial_arrays) == 0:
             raise ConfigError("initial_arrays must hold at least one array")
         for key in initial_arrays:

@@ -7,21 +7,22 @@ baselines share them without copying ten arguments each.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-import numpy as np
 import numpy.typing as npt
 from flwr.app import ArrayRecord, MetricRecord
 
+from flower_edge import validate
 from flower_edge.errors import ConfigError
 
 __all__ = [
+    "DEFAULT_PATIENCE",
     "REBALANCE_METHODS",
     "VALUATION_MODES",
     "WEIGHT_BASES",
+    "AbandonConfig",
     "LoopConfig",
     "RebalanceMethod",
     "ShareConfig",
@@ -38,6 +39,8 @@ VALUATION_MODES: tuple[str, ...] = get_args(ValuationMode)
 WeightBasis = Literal["share", "num-examples", "uniform"]
 WEIGHT_BASES: tuple[str, ...] = get_args(WeightBasis)
 ProfileMode = Literal["quick", "full"]
+#: the edge strategy's plateau: stop after this many aggregations without a new best metric
+DEFAULT_PATIENCE = 20
 PROFILE_MODES: tuple[str, ...] = get_args(ProfileMode)
 
 GradientFn = Callable[[ArrayRecord], Sequence[npt.NDArray[Any]]]
@@ -47,21 +50,13 @@ EvaluateManyFn = Callable[[int, list[ArrayRecord]], Sequence[MetricRecord | None
 def _positive(
     name: str, value: float | None, *, allow_zero: bool = False, optional: bool = False
 ) -> None:
-    if value is None:
-        if optional:
-            return
-        raise ConfigError(f"{name} must be set")
-    if isinstance(value, bool) or not isinstance(value, int | float | np.floating | np.integer):
-        raise ConfigError(f"{name} must be a number, got {value!r}")
-    ok = value >= 0 if allow_zero else value > 0
-    if not math.isfinite(float(value)) or not ok:
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ConfigError(f"{name} must be finite and {bound}, got {value!r}")
+    """Check a finite number ``> 0`` (``>= 0`` with ``allow_zero``; ``None`` if ``optional``)."""
+    validate.number(name, value, low=0.0, low_inclusive=allow_zero, allow_none=optional)
 
 
 def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+    """Check that ``value`` is one of ``allowed``."""
+    validate.choice(name, value, allowed)
 
 
 @dataclass(frozen=True)
@@ -70,10 +65,13 @@ class LoopConfig:
 
     Parameters
     ----------
-    slice_budget : float (default: 0.0)
+    slice_budget : float or "auto" (default: "auto")
         Seconds of local training per train message (virtual seconds under a virtual
         clock); the client answers each slice with a progress report, which is a preemption
-        point. ``0`` = no slicing: each message runs the job to completion.
+        point where it may abandon stale work. ``0`` = no slicing: each message runs the job
+        to completion. ``"auto"``: slices on, their length chosen from the per-message
+        overhead measured on the run (wall clock), 10 s until it is known and under a
+        virtual clock (:mod:`strategies.slices`).
     deadline : float, optional
         Soft per-message deadline in clock seconds. A node whose reply is not in by then is
         dropped from the round (marked late, logged, never waited on); its late reply is
@@ -102,7 +100,7 @@ class LoopConfig:
         is left to wait for.
     """
 
-    slice_budget: float = 0.0
+    slice_budget: float | Literal["auto"] = "auto"
     deadline: float | None = None
     accept_late: bool = True
     staleness_bound: int | None = None
@@ -114,32 +112,20 @@ class LoopConfig:
     max_misses: int = 3
 
     def __post_init__(self) -> None:
-        _positive("slice_budget", self.slice_budget, allow_zero=True)
+        if self.slice_budget != "auto":
+            if isinstance(self.slice_budget, str):
+                raise ConfigError(
+                    f"slice_budget must be a number >= 0 or 'auto', got {self.slice_budget!r}"
+                )
+            _positive("slice_budget", self.slice_budget, allow_zero=True)
         _positive("deadline", self.deadline, optional=True)
-        if self.staleness_bound is not None and (
-            isinstance(self.staleness_bound, bool)
-            or not isinstance(self.staleness_bound, int)
-            or self.staleness_bound < 0
-        ):
-            raise ConfigError(
-                f"staleness_bound must be an integer >= 0, got {self.staleness_bound!r}"
-            )
+        validate.integer("staleness_bound", self.staleness_bound, low=0, allow_none=True)
         _positive("lookahead", self.lookahead, allow_zero=True)
         _positive("poll_interval", self.poll_interval)
         _positive("registration_timeout", self.registration_timeout, allow_zero=True)
-        if self.min_nodes is not None and (
-            isinstance(self.min_nodes, bool)
-            or not isinstance(self.min_nodes, int)
-            or self.min_nodes < 1
-        ):
-            raise ConfigError(f"min_nodes must be an integer >= 1, got {self.min_nodes!r}")
+        validate.integer("min_nodes", self.min_nodes, low=1, allow_none=True)
         _positive("time_budget", self.time_budget, optional=True)
-        if (
-            isinstance(self.max_misses, bool)
-            or not isinstance(self.max_misses, int)
-            or (self.max_misses < 1)
-        ):
-            raise ConfigError(f"max_misses must be an integer >= 1, got {self.max_misses!r}")
+        validate.integer("max_misses", self.max_misses, low=1)
 
 
 @dataclass(frozen=True)
@@ -159,10 +145,20 @@ class ShareConfig:
         Training samples per round over all nodes, ``F`` in seed formula 7 (default: the
         mean of the reported local sample counts times the number of nodes; 0 when nobody
         reports, which tells every client to use its own default).
-    compute_share : float (default: 0.5)
-        ``p_c`` of the distorted radar chart, in ``[0, 1]`` (from a ModelProfile when known).
+    compute_share : float or "auto" (default: "auto")
+        ``p_c`` of the distorted radar chart, in ``[0, 1]``. ``"auto"``: the operator
+        analysis of the served model (:func:`flower_edge.operators.compute_share_of` on
+        ``model`` and ``input_shape``), run once before the first round; 0.5 (logged) when
+        no model is given.
+    model : torch.nn.Module or callable, optional
+        The served model, or a factory returning it (``"auto"`` only).
+    input_shape : tuple of int, optional
+        Shape of one training batch of ``model``, batch first, e.g. ``(32, 64)``.
     order_invariant : bool (default: False)
         Average the radar area over axis orders instead of the seed's C-G-M-D order.
+    drop_empty_axes : bool (default: False)
+        Leave a resource axis on which no node scores out of the radar chart (the seed keeps
+        all four; see :func:`flower_edge.radar.radar_chart`).
     max_share_fraction : float (default: 0.5)
         Cap on any node's share as a fraction of the total, against absurd profile claims;
         in ``(0, 1]`` and at least ``1 / number of nodes``.
@@ -181,8 +177,11 @@ class ShareConfig:
     profile_mode: ProfileMode = "quick"
     profile_timeout: float = 120.0
     total_samples: int | None = None
-    compute_share: float = 0.5
+    compute_share: float | Literal["auto"] = "auto"
+    model: Any = None
+    input_shape: tuple[int, ...] | None = None
     order_invariant: bool = False
+    drop_empty_axes: bool = False
     max_share_fraction: float = 0.5
     rebalance: RebalanceMethod = "seed"
     weight_by: WeightBasis = "share"
@@ -191,15 +190,19 @@ class ShareConfig:
     def __post_init__(self) -> None:
         _choice("profile_mode", self.profile_mode, PROFILE_MODES)
         _positive("profile_timeout", self.profile_timeout, allow_zero=True)
-        if self.total_samples is not None and (
-            isinstance(self.total_samples, bool)
-            or not isinstance(self.total_samples, int)
-            or self.total_samples < 0
-        ):
-            raise ConfigError(f"total_samples must be an integer >= 0, got {self.total_samples!r}")
-        _positive("compute_share", self.compute_share, allow_zero=True)
-        if self.compute_share > 1:
-            raise ConfigError(f"compute_share must be in [0, 1], got {self.compute_share!r}")
+        validate.integer("total_samples", self.total_samples, low=0, allow_none=True)
+        if self.compute_share != "auto":
+            _positive("compute_share", self.compute_share, allow_zero=True)
+            if self.compute_share > 1:
+                raise ConfigError(
+                    f"compute_share must be in [0, 1] or 'auto', got {self.compute_share!r}"
+                )
+        if self.model is not None and self.input_shape is None:
+            raise ConfigError("model needs input_shape (one training batch, batch first)")
+        if self.model is not None and not callable(self.model):
+            raise ConfigError(
+                f"model must be a torch.nn.Module or a factory, got {type(self.model).__name__}"
+            )
         _positive("max_share_fraction", self.max_share_fraction)
         if self.max_share_fraction > 1:
             raise ConfigError(
@@ -244,8 +247,8 @@ class ValuationConfig:
 
     def __post_init__(self) -> None:
         _choice("valuation mode", self.mode, VALUATION_MODES)
-        if not isinstance(self.metric_key, str) or not self.metric_key:
-            raise ConfigError(f"metric_key must be a non-empty string, got {self.metric_key!r}")
+        validate.text("metric_key", self.metric_key)
+        validate.boolean("higher_is_better", self.higher_is_better)
         if self.mode == "first-order" and self.gradient_fn is None:
             raise ConfigError("valuation mode 'first-order' needs gradient_fn")
 
@@ -270,12 +273,45 @@ class StopConfig:
     min_delta: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.target is not None and not math.isfinite(self.target):
-            raise ConfigError(f"target must be finite, got {self.target!r}")
-        if self.patience is not None and (
-            isinstance(self.patience, bool)
-            or not isinstance(self.patience, int)
-            or self.patience < 1
-        ):
-            raise ConfigError(f"patience must be an integer >= 1, got {self.patience!r}")
+        validate.number("target", self.target, allow_none=True)
+        validate.integer("patience", self.patience, low=1, allow_none=True)
         _positive("min_delta", self.min_delta, allow_zero=True)
+
+
+@dataclass(frozen=True)
+class AbandonConfig:
+    """How the server drives the clients' abandon rule (seed 001, the client's rule).
+
+    A client still training from an older global when a newer one arrives abandons its
+    stale work iff ``alpha * R + (1 - alpha) * V >= theta``. The server sends each node its
+    ``R`` on the linear scale, ``sqrt(m / max m)``, and ``theta`` with every train message
+    (:mod:`flower_edge.decision` explains the choices).
+
+    Parameters
+    ----------
+    alpha : float (default: 0.5)
+        Weight of ``R`` against ``V``, in ``[0, 1]``; set the clients' ``alpha`` run-config
+        key to the same value (``flwr run`` shares one run config, so it is by default).
+    theta : float, optional
+        A fixed threshold, ``>= 0`` (``inf``: never abandon). ``None`` (default): derived
+        after every aggregation from the live scores of the nodes, their ``quantile``
+        (:func:`flower_edge.decision.derive_theta`).
+    quantile : float (default: 0.5)
+        Which quantile of the live scores is theta, in ``[0, 1]``: about a fraction
+        ``1 - quantile`` of the nodes abandon stale work.
+    """
+
+    alpha: float = 0.5
+    theta: float | None = None
+    quantile: float = 0.5
+
+    def __post_init__(self) -> None:
+        for name, value in (("alpha", self.alpha), ("quantile", self.quantile)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+                raise ConfigError(f"{name} must be a number in [0, 1], got {value!r}")
+        if self.theta is not None and (
+            isinstance(self.theta, bool)
+            or not isinstance(self.theta, int | float)
+            or not self.theta >= 0
+        ):
+            raise ConfigError(f"theta must be a number >= 0 (inf allowed), got {self.theta!r}")

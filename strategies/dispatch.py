@@ -18,11 +18,13 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from flower_edge import wire
+from strategies.abandon import AbandonPolicy
 from strategies.clock import Clock
 from strategies.config import LoopConfig
 from strategies.events import DEADLINE, DeadlineEvent, EventQueue, Sent
 from strategies.membership import Job, Node
-from strategies.records import EventKind
+from strategies.records import EventKind, TrainReply
+from strategies.slices import SliceBudget
 
 __all__ = ["JOB_EPOCH", "Dispatcher", "Recorder", "Values"]
 
@@ -53,6 +55,9 @@ class Dispatcher:
         Extra config of every train message.
     sends_values : bool
         Whether messages carry the latest values.
+    abandon : AbandonPolicy
+        ``R`` and theta for each message (:mod:`strategies.abandon`); counts preemption
+        points offered.
     record : Recorder
         Timeline callback.
     name : str
@@ -69,6 +74,7 @@ class Dispatcher:
         train_config: ConfigRecord,
         *,
         sends_values: bool,
+        abandon: AbandonPolicy,
         record: Recorder,
         name: str,
     ) -> None:
@@ -79,6 +85,8 @@ class Dispatcher:
         self.timeout = timeout
         self.train_config = train_config
         self.sends_values = sends_values
+        self.abandon = abandon
+        self.slices = SliceBudget(loop, virtual=clock.is_virtual)
         self.record = record
         self.name = name
         self.inflight: dict[str, Sent] = {}  # sent, reply not yet pulled
@@ -115,6 +123,8 @@ class Dispatcher:
     ) -> None:
         """Send the next slice of ``job``, with ``arrays`` only if the node lacks ``version``."""
         newer = version > max(job.delivered)
+        if version > job.base_version:  # the client takes the abandon decision at this slice
+            self.abandon.offered()
         message = self.message(node, job, version, arrays if newer else None, values)
         self.push([(message, node, job, version if newer else -1)], version)
 
@@ -128,8 +138,10 @@ class Dispatcher:
         cfg[wire.JOB_ID] = job.job_id
         if job.share > 0:  # 0 = unknown: the client uses its own default
             cfg[wire.SAMPLE_SHARE] = job.share
-        cfg[wire.SLICE_BUDGET] = float(self.loop.slice_budget)
+        cfg[wire.SLICE_BUDGET] = self.slices.current()
         cfg[wire.MATCH_RATIO] = float(node.ratio)
+        for key, value in self.abandon.fields(node.node_id).items():
+            cfg[key] = value
         cfg[wire.SEND_TIME] = float(self.clock.now())
         if self.sends_values:
             rnd, ids, vals = values
@@ -142,6 +154,19 @@ class Dispatcher:
         return Message(
             content, node.node_id, MessageType.TRAIN, ttl=self.timeout, group_id=str(version + 1)
         )
+
+    def observe(self, sent: Sent, reply: TrainReply | None) -> None:
+        """Feed a pulled reply's round trip and training seconds to the slice budget."""
+        if reply is not None:
+            round_trip = self.clock.real_now() - sent.real_send
+            self.slices.observe(
+                sent.job_id, round_trip, reply.train_seconds, restarted=reply.abandoned
+            )
+
+    def finished(self, job_id: int) -> None:
+        """Forget a job that ended (abandon tally, slice seconds)."""
+        self.abandon.finished(job_id)
+        self.slices.finished(job_id)
 
     def push(self, messages: list[tuple[Message, Node, Job, int]], version: int) -> None:
         """Push ``(message, node, job, version carried or -1)``; track the accepted ones."""

@@ -22,6 +22,7 @@ from flower_edge import validate
 from flower_edge.aggregation import WeightedSum
 from flower_edge.arrays import NDArray, cast_like
 from strategies.base import SemiAsyncStrategy, StrategyOptions
+from strategies.config import DEFAULT_PATIENCE, StopConfig
 from strategies.records import Combined, Update
 
 __all__ = ["AGGREGATES", "Aggregate", "EdgeStrategy"]
@@ -121,6 +122,8 @@ class EdgeStrategy(SemiAsyncStrategy):
     """
 
     name = "edge"
+    #: the seed ends the task when the global model converges: a plateau stop by default
+    default_stop = StopConfig(patience=DEFAULT_PATIENCE)
 
     def __init__(
         self,

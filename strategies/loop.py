@@ -50,6 +50,7 @@ from flwr.serverapp.strategy import Result
 
 from flower_edge import wire
 from flower_edge.aggregation import check_update
+from strategies.abandon import AbandonPolicy
 from strategies.checkpoint import (
     CheckpointStore,
     NodeState,
@@ -126,6 +127,7 @@ class EventLoop:
             time_budget=strategy.loop.time_budget,
         )
         self.queue = EventQueue()
+        self.abandon = AbandonPolicy(strategy.abandon, enabled=strategy.sends_values())
         self.dispatcher = Dispatcher(
             grid,
             self.clock,
@@ -134,6 +136,7 @@ class EventLoop:
             timeout,
             ConfigRecord() if train_config is None else train_config,
             sends_values=strategy.sends_values(),
+            abandon=self.abandon,
             record=self._event,
             name=self.name,
         )
@@ -161,6 +164,7 @@ class EventLoop:
                 self.evaluation.check_metric_key(metrics, needed=needed)  # before any send
                 self.result.evaluate_metrics_serverapp[0] = metrics
             self.planner.plan(node_ids, self.nodes)
+            self.abandon.refresh_from(self.nodes.values(), self.evaluation)
         elif (
             self.buffer and self.strategy.aggregation_due(len(self.buffer)) and not self._finished()
         ):
@@ -243,6 +247,7 @@ class EventLoop:
             self._event(src, -1, "rejected", self.version, detail="unknown or consumed message")
             return
         reply, reason = parse_reply_for(msg, sent.node_id, self.keys, virtual=self.clock.is_virtual)
+        self.dispatcher.observe(sent, reply)  # per-message overhead, for the slice budget
         self.queue.push(self._event_time(sent, reply), REPLY, ReplyEvent(sent, reply, reason))
 
     def _event_time(self, sent: Sent, reply: TrainReply | None) -> float:
@@ -360,10 +365,7 @@ class EventLoop:
         """Answer a slice report with the next slice (and the newest global if newer)."""
         base = int(reply.base_version or 0)
         node.late = False  # lateness is per message: the next slice has its own deadline
-        if reply.abandoned:
-            job.abandoned += 1
-            self.abandoned_total += 1
-            self._event(node.node_id, job.job_id, "abandoned", base, reply.samples_processed or 0)
+        self._note_abandon(node, job, reply, base)
         job.base_version = base
         self._event(node.node_id, job.job_id, "progress", base, reply.samples_processed or 0)
         self.dispatcher.continue_job(
@@ -392,6 +394,7 @@ class EventLoop:
         if reason is not None:
             self._reject(node, job.job_id, reason)
             return
+        self._note_abandon(node, job, reply, base)  # restarted jobs can finish in one slice
         # dt runs from the send of the global the update started from (after an abandon, the
         # newer global the node restarted from), not from the job's first message
         delay = max(when - job.delivered[base], 0.0)
@@ -411,6 +414,7 @@ class EventLoop:
         )
         self.buffer.append(update)
         self._event(node.node_id, job.job_id, "finished", base, reply.samples_processed or 0)
+        self.dispatcher.finished(job.job_id)
         node.job = None
         node.last_base = base
         node.late = False
@@ -464,9 +468,10 @@ class EventLoop:
         )
         self.strategy.history.append(record)
         self.evaluation.record_values(record)
-        self.result.train_metrics_clientapp[rnd] = train_metrics(
-            record, updates, self.abandoned_total
-        )
+        self.abandon.refresh_from(self.nodes.values(), self.evaluation)
+        metrics_out = train_metrics(record, updates, self.abandoned_total)
+        metrics_out.update(self.abandon.metrics())
+        self.result.train_metrics_clientapp[rnd] = metrics_out
         if metrics is not None:
             self.result.evaluate_metrics_serverapp[rnd] = metrics
         metric = self.evaluation.metric(metrics)
@@ -485,6 +490,14 @@ class EventLoop:
         self.planner.rebalance(self.nodes.values())
         self.stopper.observe(metric)
         self._checkpoint(record)
+
+    def _note_abandon(self, node: Node, job: Job, reply: TrainReply, base: int) -> None:
+        """Count a reply's slice in the abandon tally; record the abandon if it is one."""
+        self.abandon.progress(job.job_id, job.share, reply.samples_processed or 0, reply.abandoned)
+        if reply.abandoned:
+            job.abandoned += 1
+            self.abandoned_total += 1
+            self._event(node.node_id, job.job_id, "abandoned", base, reply.samples_processed or 0)
 
     def _prune_versions(self) -> None:
         """Drop global versions that no job, buffered update or node still needs."""
@@ -581,6 +594,8 @@ class EventLoop:
         else:
             log(INFO, "%s: the nodes changed since the checkpoint: profiling again", self.name)
             self.planner.plan(ids, self.nodes)
+        metrics = self.result.train_metrics_clientapp
+        self.abandon.resume(metrics, self.nodes.values(), self.evaluation)
         self._restore_buffer(store)
         log(
             INFO,

@@ -60,6 +60,7 @@ class SharePlanner:
         self.config = config
         self.poll_interval = poll_interval
         self.name = name
+        self.resolved_share: float | None = None  # p_c once "auto" is resolved
 
     def check_node_count(self, count: int) -> None:
         """Raise ConfigError if the share cap cannot let ``count`` nodes cover the total."""
@@ -68,6 +69,27 @@ class SharePlanner:
                 f"max_share_fraction = {self.config.max_share_fraction} must be >= 1 / number "
                 f"of nodes ({count}) so that the shares can add up to the total"
             )
+
+    def compute_share(self) -> float:
+        """Return ``p_c`` of the radar chart; ``"auto"`` runs the operator analysis once."""
+        cfg = self.config
+        if cfg.compute_share != "auto":
+            return float(cfg.compute_share)
+        if self.resolved_share is None:
+            if cfg.model is None or cfg.input_shape is None:
+                self.resolved_share = 0.5
+                log(
+                    INFO,
+                    "%s: compute_share 'auto' without a model: p_c = 0.5 (pass "
+                    "ShareConfig(model=..., input_shape=...) to analyse the served model)",
+                    self.name,
+                )
+            else:
+                from flower_edge.operators import compute_share_of  # imports torch
+
+                self.resolved_share = compute_share_of(cfg.model, cfg.input_shape)
+                log(INFO, "%s: p_c = %.3f from the served model", self.name, self.resolved_share)
+        return self.resolved_share
 
     def plan(self, ids: list[int], nodes: dict[int, Node]) -> None:
         """Profile the nodes ``ids`` (if enabled) and set their initial shares."""
@@ -138,7 +160,10 @@ class SharePlanner:
             evaluations = np.array([profiles[i].evaluations for i in profiled], dtype=np.float64)
             try:
                 ratios = match_ratios(
-                    evaluations, cfg.compute_share, order_invariant=cfg.order_invariant
+                    evaluations,
+                    self.compute_share(),
+                    order_invariant=cfg.order_invariant,
+                    drop_empty_axes=cfg.drop_empty_axes,
                 )
                 ratios_by_node = {i: float(r) for i, r in zip(profiled, ratios, strict=True)}
             except InputError as exc:

@@ -23,7 +23,10 @@ def _one_thread() -> None:
             ["--scenario", "nope"],
             "unknown scenario 'nope'; valid scenarios: digits-20, mnist1d-100",
         ),
-        (["--strategy", "fedprox"], "valid strategies: edge, fedavg, fedbuff, fedasync, all"),
+        (
+            ["--strategy", "fedprox"],
+            "valid strategies: edge, edge-seed, fedavg, fedbuff, fedasync, all",
+        ),
         (["--clients", "5000"], r"clients must be <= 179 for scenario 'digits-20'"),
         (["--threshold", "20"], r"threshold K must be >= 1 and < clients \(20\), got 20"),
         (["--clients", "4", "--threshold", "4"], r"< clients \(4\), got 4"),

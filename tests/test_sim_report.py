@@ -28,6 +28,8 @@ CONTRACT_KEYS = {
     "abandoned_jobs",
     "wasted_compute_fraction",
     "wall_seconds",
+    "description",
+    "abandon",
     "history",
 }
 HISTORY_KEYS = {"virtual_time", "round", "accuracy", "participants", "mean_staleness"}

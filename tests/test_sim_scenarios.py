@@ -26,9 +26,11 @@ def test_unknown_scenario_lists_valid_names() -> None:
 
 
 def test_unknown_strategy_lists_valid_names() -> None:
-    with pytest.raises(InputError, match="valid strategies: edge, fedavg, fedbuff, fedasync, all"):
+    with pytest.raises(
+        InputError, match="valid strategies: edge, edge-seed, fedavg, fedbuff, fedasync, all"
+    ):
         resolve_strategies("fedprox")
-    assert resolve_strategies("all") == ("edge", "fedavg", "fedbuff", "fedasync")
+    assert resolve_strategies("all") == ("edge", "edge-seed", "fedavg", "fedbuff", "fedasync")
     assert resolve_strategies("fedbuff") == ("fedbuff",)
 
 

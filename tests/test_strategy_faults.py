@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -164,7 +165,14 @@ def test_duplicate_and_foreign_replies_are_rejected() -> None:
         (lambda: EdgeStrategy(threshold=2, decay_a=0.0), "decay parameter a must be"),
         (lambda: EdgeStrategy(threshold=2, decay="hinge", decay_b=-1.0), "parameter b"),
         (lambda: EdgeStrategy(threshold=2, resume=True), "resume=True needs checkpoint_dir"),
-        (lambda: LoopConfig(deadline=0.0), "deadline must be finite and > 0"),
+        (lambda: LoopConfig(deadline=0.0), r"deadline must be > 0, got 0\.0"),
+        (lambda: LoopConfig(poll_interval=math.nan), "poll_interval must be a finite number > 0"),
+        (lambda: LoopConfig(min_nodes=0), "min_nodes must be an integer >= 1, got 0"),
+        (lambda: LoopConfig(max_misses=True), "max_misses must be an integer >= 1, got True"),
+        (lambda: ShareConfig(total_samples=-1), "total_samples must be an integer >= 0"),
+        (lambda: ValuationConfig(metric_key=""), "metric_key must be a non-empty string"),
+        (lambda: StopConfig(target=math.inf), "target must be a finite number, got inf"),
+        (lambda: EdgeStrategy(threshold=2, resume=1), "resume must be a boolean"),  # type: ignore[arg-type]
         (lambda: LoopConfig(staleness_bound=-1), "staleness_bound must be an integer >= 0"),
         (lambda: ShareConfig(rebalance="fast"), "rebalance must be one of seed, optimal, off"),  # type: ignore[arg-type]
         (lambda: ShareConfig(compute_share=1.5), r"compute_share must be in \[0, 1\]"),
@@ -299,8 +307,12 @@ def test_late_updates_are_rejected_when_accept_late_is_off() -> None:
 
 def test_staleness_bound_rejects_old_updates() -> None:
     grid = InProcessGrid(ToyEdge(speeds=[5.0, 50.0, 60.0, 70.0]), 4)
+    # whole jobs (no slices): the slow node cannot abandon its stale work, so it arrives stale
     strategy = EdgeStrategy(
-        threshold=2, clock=virtual(), shares=EQUAL, loop=LoopConfig(staleness_bound=1)
+        threshold=2,
+        clock=virtual(),
+        shares=EQUAL,
+        loop=LoopConfig(staleness_bound=1, slice_budget=0.0),
     )
     strategy.start(grid, model(0.0), num_rounds=12)
     assert max(s for h in strategy.history for s in h.staleness) <= 1

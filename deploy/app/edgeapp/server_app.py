@@ -4,6 +4,11 @@ Run-config keys: see ``[tool.flwr.app.config]`` in this app's ``pyproject.toml``
 evaluates each new global model on the held-out digits test set (leave-one-out values and the
 reported accuracy) and, with ``checkpoint-dir``, writes a checkpoint and an audit line per
 aggregated update after each aggregation; ``resume = true`` continues from it.
+
+Every seed mechanism is on: ``p_c`` of the radar chart comes from the operator analysis of the
+served MLP (0.40), slices give busy nodes preemption points, the abandon rule's theta is
+derived from the live scores unless ``theta`` is in the run config, and the run stops on a
+plateau (``patience``) or at ``target-accuracy``.
 """
 
 from __future__ import annotations
@@ -22,8 +27,12 @@ from clients.task import evaluate_model
 from flower_edge.errors import ConfigError
 from flower_edge.models import MLP
 from strategies import EdgeStrategy, LoopConfig, ShareConfig
+from strategies.config import AbandonConfig, StopConfig
 
 app = ServerApp()
+
+#: shape of one training batch of the served model (``input_shape`` of its operator analysis)
+BATCH_SHAPE = (32, 64)
 
 #: printed once with the run's figures as JSON (tests and scripts grep for it)
 RESULT_TAG = "FLOWER-EDGE-RESULT"
@@ -42,13 +51,18 @@ def build_strategy(context: Context) -> EdgeStrategy:
     deadline = _number(context, "deadline")
     min_nodes = int(_number(context, "min-nodes"))
     checkpoint = str(cfg["checkpoint-dir"])
+    budget = _number(context, "slice-budget")
+    slices = {"slice_budget": budget} if budget >= 0 else {}  # else the library's default
+    patience = int(_number(context, "patience"))
+    target = _number(context, "target-accuracy")
+    theta = _number(context, "theta") if "theta" in cfg else None
     return EdgeStrategy(
         threshold=int(_number(context, "threshold")),
         decay=str(cfg["decay"]),
         decay_a=_number(context, "decay-a"),
         loop=LoopConfig(
             deadline=deadline if deadline > 0 else None,
-            slice_budget=_number(context, "slice-budget"),
+            **slices,
             min_nodes=min_nodes if min_nodes > 0 else None,
             registration_timeout=_number(context, "registration-timeout"),
             poll_interval=0.2,
@@ -56,7 +70,14 @@ def build_strategy(context: Context) -> EdgeStrategy:
         shares=ShareConfig(
             profile=bool(cfg["profile"]),
             max_share_fraction=_number(context, "max-share-fraction"),
+            compute_share="auto",  # the operator analysis of the served model, once
+            model=MLP,
+            input_shape=BATCH_SHAPE,
         ),
+        stop=StopConfig(
+            patience=patience if patience > 0 else None, target=target if target > 0 else None
+        ),
+        abandon=AbandonConfig(alpha=_number(context, "alpha"), theta=theta),
         checkpoint_dir=checkpoint or None,
         resume=bool(cfg["resume"]),
     )

@@ -1,0 +1,145 @@
+"""The two presets of the edge method, ``edge`` and ``edge-seed``, and their honest labels.
+
+``edge-seed``
+    The seeds exactly: model averaging ``sum_i w_i x_i / sum_i w_i``
+    (:data:`SEED_OPTIONS` switches every departure of :class:`~strategies.EdgeStrategy`
+    off), uncapped shares ``f_d = F m_d / sum m`` (``max_share_fraction = 1``), the four
+    radar axes, leave-one-out values as the seed defines them. Where the seeds leave a value
+    "preset" (R's scale, alpha, theta, the decay g), both presets use the same choice.
+``edge``
+    The project's best configuration: :class:`~strategies.EdgeStrategy`'s defaults with the
+    scenario's edge settings on top, and shares capped at
+    :data:`~simulations.settings.MAX_SHARE_OVER_MEAN` times the mean. Every seed mechanism
+    stays in (match-ratio shares and rebalancing, threshold K, decayed weights, values sent
+    back, the abandon rule, the convergence stop); :func:`departures` names each way it
+    differs from the seed, and the description of its row says so.
+
+Adding an option to ``EdgeStrategy`` that changes the method means adding its seed value to
+:data:`SEED_OPTIONS` (a test fails otherwise), so that ``edge-seed`` stays the seed and the
+departure shows up in ``edge``'s description.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from simulations.settings import SimSettings
+
+__all__ = [
+    "EDGE_PRESETS",
+    "NOT_METHOD_OPTIONS",
+    "SEED_OPTIONS",
+    "departures",
+    "describe",
+    "edge_options",
+]
+
+#: the strategy names that run :class:`~strategies.EdgeStrategy`
+EDGE_PRESETS: Final = ("edge", "edge-seed")
+
+#: the value of every method option of ``EdgeStrategy`` under which it is the seed's rule
+SEED_OPTIONS: Final[dict[str, Any]] = {
+    "aggregate": "models",
+    "server_lr": 1.0,
+}
+
+#: ``EdgeStrategy`` keywords that do not change the method (settings of the run)
+NOT_METHOD_OPTIONS: Final = frozenset(
+    {
+        "threshold",
+        "decay",
+        "decay_a",
+        "decay_b",
+        "loop",
+        "shares",
+        "valuation",
+        "stop",
+        "abandon",
+        "clock",
+        "checkpoint_dir",
+        "resume",
+        "model",
+        "options",
+    }
+)
+
+#: what the seed prescribes, for the descriptions
+SEED_TEXT: Final = (
+    "the seeds exactly: model averaging sum w_i x_i / sum w_i, uncapped shares "
+    "F m_d / sum m, four radar axes, leave-one-out values"
+)
+#: the choices the seeds leave open ("preset"), the same in both presets
+PRESET_TEXT: Final = (
+    "R = sqrt(m / max m) x availability, unvalued V = mean value, theta = median live score"
+)
+
+
+def strategy_defaults() -> dict[str, Any]:
+    """Return ``EdgeStrategy``'s keyword defaults (its method options and the rest)."""
+    from strategies.edge import EdgeStrategy
+
+    params = inspect.signature(EdgeStrategy.__init__).parameters.values()
+    return {
+        p.name: p.default
+        for p in params
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is not inspect.Parameter.empty
+    }
+
+
+def edge_options(settings: SimSettings) -> dict[str, Any]:
+    """Return the method options to pass to ``EdgeStrategy`` for ``settings``' preset.
+
+    ``edge-seed``: :data:`SEED_OPTIONS`. ``edge``: the scenario's edge settings and the
+    run's overrides (``aggregate``, ``server_lr``); every other option keeps
+    ``EdgeStrategy``'s default.
+    """
+    if settings.strategy == "edge-seed":
+        return dict(SEED_OPTIONS)
+    sc = settings.scenario
+    return {
+        "aggregate": sc.edge_aggregate if settings.aggregate is None else settings.aggregate,
+        "server_lr": sc.edge_server_lr if settings.server_lr is None else settings.server_lr,
+    }
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return float(a) == float(b)
+    return bool(a == b)
+
+
+def departures(settings: SimSettings) -> list[str]:
+    """Name every way ``settings``' edge preset differs from the seed (``[]`` for edge-seed)."""
+    from simulations.settings import MAX_SHARE_OVER_MEAN
+
+    if settings.strategy == "edge-seed":
+        return []
+    effective = {**strategy_defaults(), **edge_options(settings)}
+    out = [
+        f"{name}={effective[name]} (seed: {seed})"
+        for name, seed in SEED_OPTIONS.items()
+        if name in effective and not _same(effective[name], seed)
+    ]
+    if settings.shares == "uniform":
+        out.append("equal shares, no rebalancing (seed: match-ratio shares)")
+    elif MAX_SHARE_OVER_MEAN * 1.0 / settings.scenario.num_clients < 1.0:
+        out.append(f"shares capped at {MAX_SHARE_OVER_MEAN:g}x the mean (seed: uncapped)")
+    return out
+
+
+def describe(settings: SimSettings) -> str:
+    """Return the one-line description of a run's strategy, departures from the seed named."""
+    name = settings.strategy
+    if name == "edge-seed":
+        return f"edge-seed: {SEED_TEXT}; presets: {PRESET_TEXT}"
+    if name == "edge":
+        changes = departures(settings)
+        listed = "; ".join(changes) if changes else "none"
+        return f"edge: every seed mechanism on; departures from the seed: {listed}"
+    return {
+        "fedavg": "fedavg: Flower's FedAvg, synchronous, every client every round",
+        "fedbuff": "fedbuff: FedBuff (Nguyen et al. 2022), buffer of K updates",
+        "fedasync": "fedasync: FedAsync (Xie et al. 2019), one update per aggregation",
+    }.get(name, name)

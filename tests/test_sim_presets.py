@@ -1,0 +1,93 @@
+"""The two edge presets: edge-seed is the seeds exactly, edge names its departures."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from simulations.presets import (
+    NOT_METHOD_OPTIONS,
+    SEED_OPTIONS,
+    departures,
+    describe,
+    edge_options,
+    strategy_defaults,
+)
+from simulations.scenarios import resolve_strategies
+from simulations.settings import MAX_SHARE_OVER_MEAN, SimSettings
+
+
+def test_every_method_option_of_edge_strategy_has_a_seed_value() -> None:
+    """An EdgeStrategy option that changes the method must say what the seed's value is."""
+    from strategies.edge import EdgeStrategy
+
+    params = inspect.signature(EdgeStrategy.__init__).parameters.values()
+    keywords = {p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    missing = keywords - set(SEED_OPTIONS) - NOT_METHOD_OPTIONS
+    assert not missing, f"add the seed's value of {sorted(missing)} to SEED_OPTIONS"
+    assert set(SEED_OPTIONS) <= keywords
+
+
+def test_seed_options_are_the_seed_rule_of_the_strategy() -> None:
+    """With SEED_OPTIONS, the strategy averages models: sum w_i x_i / sum w_i."""
+    from strategies.edge import EdgeStrategy
+
+    strategy = EdgeStrategy(threshold=2, **SEED_OPTIONS)
+    assert (strategy.aggregate, strategy.server_lr) == ("models", 1.0)
+
+
+def test_all_runs_edge_first_then_edge_seed() -> None:
+    assert resolve_strategies("all")[:2] == ("edge", "edge-seed")
+    seed = SimSettings.create("digits-20", "edge-seed")
+    edge = SimSettings.create("digits-20", "edge")
+    assert seed.rounds == edge.rounds  # the same update budget: K + 1 updates per round
+
+
+def test_edge_seed_has_no_departures_and_says_what_it_is() -> None:
+    s = SimSettings.create("digits-20", "edge-seed")
+    assert departures(s) == []
+    assert edge_options(s) == SEED_OPTIONS
+    text = describe(s)
+    for phrase in ("sum w_i x_i / sum w_i", "uncapped", "four radar axes"):
+        assert phrase in text
+
+
+def test_edge_names_each_departure_from_the_seed() -> None:
+    s = SimSettings.create("digits-20", "edge")
+    effective = {**strategy_defaults(), **edge_options(s)}
+    changes = departures(s)
+    for name, seed in SEED_OPTIONS.items():
+        differs = effective[name] != seed
+        assert any(c.startswith(f"{name}=") for c in changes) is differs
+    assert f"shares capped at {MAX_SHARE_OVER_MEAN:g}x the mean (seed: uncapped)" in changes
+    assert all(c in describe(s) for c in changes)
+
+
+def test_a_run_with_the_seed_options_on_edge_names_only_the_cap() -> None:
+    s = SimSettings.create("digits-20", "edge", aggregate="models", server_lr=1.0)
+    if any(
+        strategy_defaults().get(k, v) != v
+        for k, v in SEED_OPTIONS.items()
+        if k not in ("aggregate", "server_lr")
+    ):
+        pytest.skip("EdgeStrategy's defaults depart from the seed in other options too")
+    assert departures(s) == [f"shares capped at {MAX_SHARE_OVER_MEAN:g}x the mean (seed: uncapped)"]
+
+
+def test_built_strategies_follow_their_presets() -> None:
+    from simulations.server import build_strategy
+    from strategies.clock import VirtualClock
+
+    seed = build_strategy(SimSettings.create("digits-20", "edge-seed"), VirtualClock())
+    edge = build_strategy(SimSettings.create("digits-20", "edge"), VirtualClock())
+    assert seed.shares.max_share_fraction == 1.0  # f_d = F m_d / sum m, uncapped
+    assert edge.shares.max_share_fraction == pytest.approx(MAX_SHARE_OVER_MEAN / 20)
+    for strategy in (seed, edge):
+        assert not strategy.shares.drop_empty_axes  # four radar axes
+        assert strategy.shares.compute_share == pytest.approx(0.4)  # the digits MLP, measured
+        assert strategy.abandon.theta is None  # derived from the live scores
+        assert strategy.stop.patience is not None  # the convergence stop is on
+        assert strategy.loop.slice_budget > 0  # slices: busy nodes hear of newer globals
+    for name, value in SEED_OPTIONS.items():
+        assert getattr(seed, name) == value
