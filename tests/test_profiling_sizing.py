@@ -356,12 +356,12 @@ def test_every_window_covers_one_timed_run_only() -> None:
     gpu = FakeGpu(warmup_idle=0.05)
     _, outcome = sized(gpu, policy(), FakeWindow(gpu), repeats=3)
     kinds = [kind for kind, _ in gpu.events]
-    assert kinds[0] == "prepare"
+    assert kinds[:2] == ["prepare", "warm-up"]  # one-time initialisation
     # each size: resize, warm-up, then a window around exactly one timed run
     sizes = len(outcome.steps)
-    assert kinds[1 : 1 + 5 * sizes] == ["resize", "warm-up", "begin", "timed", "end"] * sizes
+    assert kinds[2 : 2 + 5 * sizes] == ["resize", "warm-up", "begin", "timed", "end"] * sizes
     # the timed phase: resize, warm-up, one window around the three repeats
-    assert kinds[1 + 5 * sizes :] == ["resize", "warm-up", "begin"] + ["timed"] * 3 + ["end"]
+    assert kinds[2 + 5 * sizes :] == ["resize", "warm-up", "begin"] + ["timed"] * 3 + ["end"]
 
 
 def test_out_of_memory_stops_the_growth_at_the_last_size_that_fits() -> None:

@@ -452,7 +452,7 @@ def test_out_of_device_memory_becomes_memory_error(monkeypatch: pytest.MonkeyPat
         raise torch.OutOfMemoryError("CUDA out of memory")
 
     monkeypatch.setattr(dense, "_make_batch", oom)
-    with pytest.raises(MemoryError, match="out of device memory at batch 4"):
+    with pytest.raises(MemoryError, match="out of device memory at batch 1048576"):
         dense.resize(1 << 20)
     assert dense.batch == 4  # unchanged; the batch was dropped and must be resized again
     assert dense._x is None

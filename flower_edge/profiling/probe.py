@@ -360,10 +360,11 @@ def measure_sized_workload(
 ) -> tuple[WorkloadResult, SizingOutcome]:
     """Size a workload's batch to load its device, then time it (issue 12).
 
-    1. Sizing (:func:`~.sizing.size_workload`): at each batch of the policy's geometric
-       ladder, resize, warm up one step (untimed: kernel selection, allocator), then run
-       until ``probe_seconds`` have passed, with ``window`` open over that run only. Running
-       out of device memory at a batch above the first ends the growth.
+    1. Sizing (:func:`~.sizing.size_workload`), after one untimed step at the first batch
+       (one-time initialisation, outside the sizing budget): at each batch of the policy's
+       geometric ladder, resize, warm up one step (untimed: kernel selection, allocator),
+       then run until ``probe_seconds`` have passed, with ``window`` open over that run only.
+       Running out of device memory at a batch above the first ends the growth.
     2. Timed runs at the chosen batch (the highest rate): capacity
        :func:`~.sizing.timed_capacity` (whole steps filling ``run_budget``), ``repeats`` runs,
        each cut after its step in progress past ``2 * run_budget``, repeats stopped once they
@@ -416,6 +417,7 @@ def measure_sized_workload(
 
     workload.prepare(policy.start)
     try:
+        workload.run(policy.start)  # one-time initialisation (libraries, kernels), not budgeted
         outcome = size_workload(policy, measure)
         chosen = outcome.chosen
         workload.resize(chosen.work)

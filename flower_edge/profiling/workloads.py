@@ -229,11 +229,11 @@ class _TrainWorkload(ABC):
         try:
             self._make_batch(batch)
         except Exception as exc:
-            self._raise_if_out_of_memory(exc)
+            self._raise_if_out_of_memory(exc, batch)
             raise
         self.batch = batch
 
-    def _raise_if_out_of_memory(self, exc: Exception) -> None:
+    def _raise_if_out_of_memory(self, exc: Exception, batch: int) -> None:
         if not _is_out_of_memory(exc):
             return
         import torch
@@ -242,7 +242,7 @@ class _TrainWorkload(ABC):
         if self._opt is not None:
             self._opt.zero_grad(set_to_none=True)
         torch.cuda.empty_cache()
-        raise MemoryError(f"{self.name}: out of device memory at batch {self.batch}") from exc
+        raise MemoryError(f"{self.name}: out of device memory at batch {batch}") from exc
 
     def run(self, samples: int, deadline: float | None = None) -> int:
         """Run forward, backward and an SGD step over ``samples`` samples; return the count."""
@@ -253,7 +253,7 @@ class _TrainWorkload(ABC):
             with _precision(self._x.device, self.precision):
                 return self._steps(samples, deadline)
         except Exception as exc:
-            self._raise_if_out_of_memory(exc)
+            self._raise_if_out_of_memory(exc, self.batch)
             raise
 
     def _steps(self, samples: int, deadline: float | None) -> int:
