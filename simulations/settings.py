@@ -26,11 +26,11 @@ key                      meaning (default)
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 
+from flower_edge import validate
 from flower_edge.errors import ConfigError, InputError
 from simulations.scenarios import (
     STRATEGIES,
@@ -139,35 +139,32 @@ class SimSettings:
 
     def __post_init__(self) -> None:
         resolve_strategies(self.strategy)
-        if self.strategy not in STRATEGIES:
-            raise InputError(f"strategy must be one of {', '.join(STRATEGIES)}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise InputError(f"seed must be an integer >= 0, got {self.seed!r}")
-        if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 1:
-            raise InputError(f"rounds must be an integer >= 1, got {self.rounds!r}")
-        from flower_edge.staleness import DECAYS, make_decay
+        validate.choice("strategy", self.strategy, STRATEGIES, error=InputError)
+        validate.integer("seed", self.seed, low=0, error=InputError)
+        validate.integer("rounds", self.rounds, low=1, error=InputError)
+        validate.probability("alpha", self.alpha, error=InputError)
+        validate.number(
+            "theta", self.theta, low=0.0, finite=False, allow_none=True, error=InputError
+        )  # inf: never abandon
+        validate.choice("shares", self.shares, SHARE_MODES, error=InputError)
+        self._check_strategy_options()
 
-        if self.decay not in DECAYS:
-            raise InputError(f"decay must be one of {', '.join(DECAYS)}, got {self.decay!r}")
-        if not (math.isfinite(self.decay_a) and self.decay_a > 0):
-            raise InputError(f"decay-a must be > 0, got {self.decay_a!r}")
-        make_decay(self.decay, a=self.decay_a)  # the decay's own range checks
-        if not 0.0 <= self.alpha <= 1.0:
-            raise InputError(f"alpha must be in [0, 1], got {self.alpha!r}")
-        if self.theta is not None and not self.theta >= 0.0:
-            raise InputError(f"theta must be >= 0 (inf = never abandon), got {self.theta!r}")
-        if self.shares not in SHARE_MODES:
-            raise InputError(f"shares must be one of {', '.join(SHARE_MODES)}, got {self.shares!r}")
-        from strategies.edge import AGGREGATES
+    def _check_strategy_options(self) -> None:
+        """Check the edge strategy's options with the validators of the decay and the strategy.
 
-        if self.aggregate is not None and self.aggregate not in AGGREGATES:
-            raise InputError(
-                f"aggregate must be one of {', '.join(AGGREGATES)}, got {self.aggregate!r}"
-            )
-        if self.server_lr is not None and not (
-            math.isfinite(self.server_lr) and self.server_lr > 0
-        ):
-            raise InputError(f"server-lr must be > 0, got {self.server_lr!r}")
+        SimSettings does not repeat their ranges: :func:`flower_edge.staleness.make_decay`
+        checks the decay and its parameter, :meth:`strategies.EdgeStrategy.validate_options`
+        the aggregation options as the edge preset would pass them.
+        """
+        from flower_edge.staleness import make_decay
+        from strategies.edge import EdgeStrategy
+
+        make_decay(self.decay, a=self.decay_a)
+        sc = self.scenario
+        EdgeStrategy.validate_options(
+            sc.edge_aggregate if self.aggregate is None else self.aggregate,
+            sc.edge_server_lr if self.server_lr is None else self.server_lr,
+        )
 
     @classmethod
     def create(
@@ -192,9 +189,8 @@ class SimSettings:
             scenario, clients=clients, heterogeneity=heterogeneity, threshold=threshold
         )
         if slice_budget is not None:
-            if not (math.isfinite(slice_budget) and slice_budget >= 0):
-                raise InputError(f"slice-budget must be >= 0, got {slice_budget!r}")
-            sc = replace(sc, slice_budget=slice_budget)
+            budget = validate.number("slice-budget", slice_budget, low=0.0, error=InputError)
+            sc = replace(sc, slice_budget=budget)
         n = sc.rounds_for(name) if rounds is None else rounds
         return cls(scenario=sc, strategy=name, seed=seed, rounds=n, **options)
 
@@ -210,26 +206,16 @@ class SimSettings:
         cfg = {**RUN_CONFIG_DEFAULTS, **dict(run_config)}
 
         def text(key: str) -> str:
-            value = cfg[key]
-            if not isinstance(value, str):
-                raise ConfigError(f"run config {key!r} must be a string, got {value!r}")
-            return value
+            return validate.text(f"run config {key!r}", cfg[key], allow_empty=True)
 
         def integer(key: str) -> int:
             value = cfg[key]
             if isinstance(value, float) and value.is_integer():
-                value = int(value)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigError(f"run config {key!r} must be an integer >= 0, got {value!r}")
-            return value
+                value = int(value)  # a TOML float such as 3.0
+            return validate.integer(f"run config {key!r}", value, low=0)
 
         def real(key: str) -> float:
-            value = cfg[key]
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ConfigError(f"run config {key!r} must be a number, got {value!r}")
-            if math.isnan(value):
-                raise ConfigError(f"run config {key!r} must be a number, got nan")
-            return float(value)
+            return validate.number(f"run config {key!r}", cfg[key], finite=False)
 
         rounds, threshold, clients = (
             integer(NUM_SERVER_ROUNDS),

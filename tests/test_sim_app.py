@@ -34,7 +34,7 @@ def _one_thread() -> None:
         ({"shares": "random"}, "shares must be one of match, uniform"),
         ({"seed": 1.5}, "'seed' must be an integer >= 0"),
         ({"decay": "linear"}, "decay must be one of"),
-        ({"decay-a": 0.0}, "decay-a must be > 0"),
+        ({"decay-a": 0.0}, "decay parameter a must be > 0, got 0.0"),
     ],
 )
 def test_bad_run_config_is_rejected_before_anything_runs(

@@ -33,7 +33,7 @@ def test_match_shares_total_local_epochs_of_all_local_samples() -> None:
 def test_bad_edge_options_are_refused() -> None:
     with pytest.raises(InputError, match="aggregate must be one of"):
         SimSettings.create("digits-20", "edge", aggregate="sum")
-    with pytest.raises(InputError, match="server-lr must be > 0"):
+    with pytest.raises(InputError, match="server_lr must be > 0, got 0.0"):
         SimSettings.create("digits-20", "edge", server_lr=0.0)
     with pytest.raises(InputError, match="edge_server_lr must be > 0"):
         replace(SCENARIOS["digits-20"], edge_server_lr=-1.0)
