@@ -29,7 +29,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
-from flower_edge.errors import ConfigError, InputError
+from flower_edge import validate
+from flower_edge.errors import InputError
 from simulations.devices import PopulationConfig
 
 __all__ = [
@@ -136,16 +137,9 @@ class Scenario:
 
     def validate(self) -> None:
         """Check every field; raise :class:`ConfigError` naming the first bad one."""
-        if self.dataset not in DATASET_SIZES:
-            raise ConfigError(
-                f"dataset must be one of {', '.join(sorted(DATASET_SIZES))}, got {self.dataset!r}"
-            )
-        if self.partition not in PARTITIONS:
-            raise ConfigError(
-                f"partition must be one of {', '.join(PARTITIONS)}, got {self.partition!r}"
-            )
-        if self.num_clients < 2:
-            raise InputError(f"clients must be >= 2, got {self.num_clients}")
+        validate.choice("dataset", self.dataset, sorted(DATASET_SIZES))
+        validate.choice("partition", self.partition, PARTITIONS)
+        validate.integer("clients", self.num_clients, low=2, error=InputError)
         most = DATASET_SIZES[self.dataset] // self.min_client_samples
         if self.num_clients > most:
             raise InputError(
@@ -157,17 +151,15 @@ class Scenario:
             raise InputError(
                 f"threshold K must be >= 1 and < clients ({self.num_clients}), got {self.threshold}"
             )
-        checks: list[tuple[str, float, float, float]] = [
-            ("heterogeneity", self.heterogeneity, 1.0, math.inf),
+        checks: list[tuple[str, float, float, float | None]] = [
+            ("heterogeneity", self.heterogeneity, 1.0, None),
             ("gpu_fraction", self.gpu_fraction, 0.0, 1.0),
             ("flaky_fraction", self.flaky_fraction, 0.0, 1.0),
             ("target_accuracy", self.target_accuracy, 0.0, 1.0),
-            ("slice_budget", self.slice_budget, 0.0, math.inf),
+            ("slice_budget", self.slice_budget, 0.0, None),
         ]
         for name, value, low, high in checks:
-            if not (math.isfinite(value) and low <= value <= high):
-                upper = "" if math.isinf(high) else f" and <= {high}"
-                raise InputError(f"{name} must be >= {low}{upper}, got {value!r}")
+            validate.number(name, value, low=low, high=high, error=InputError)
         positive: list[tuple[str, float]] = [
             ("dirichlet_alpha", self.dirichlet_alpha),
             ("mean_online", self.mean_online),
@@ -179,12 +171,8 @@ class Scenario:
             ("batch_size", self.batch_size),
         ]
         for name, value in positive:
-            if not (math.isfinite(value) and value > 0):
-                raise InputError(f"{name} must be > 0, got {value!r}")
-        if self.edge_aggregate not in ("models", "deltas"):
-            raise ConfigError(
-                f"edge_aggregate must be models or deltas, got {self.edge_aggregate!r}"
-            )
+            validate.number(name, value, low=0.0, low_inclusive=False, error=InputError)
+        validate.choice("edge_aggregate", self.edge_aggregate, ("models", "deltas"))
 
     def population(self, seed: int) -> PopulationConfig:
         """Return the device population of this scenario under ``seed``."""

@@ -38,10 +38,10 @@ def test_unknown_strategy_lists_valid_names() -> None:
     ("kwargs", "match"),
     [
         ({"clients": 1000}, r"clients must be <= 179 for scenario 'digits-20'"),
-        ({"clients": 1}, "clients must be >= 2"),
+        ({"clients": 1}, "clients must be an integer >= 2"),
         ({"threshold": 20}, r"threshold K must be >= 1 and < clients \(20\), got 20"),
         ({"threshold": 0}, "threshold K must be >= 1"),
-        ({"heterogeneity": 0.5}, "heterogeneity must be >= 1.0"),
+        ({"heterogeneity": 0.5}, "heterogeneity must be >= 1, got 0.5"),
     ],
 )
 def test_bad_overrides(kwargs: dict[str, float], match: str) -> None:
