@@ -40,12 +40,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 import numpy as np
 import numpy.typing as npt
 
+from flower_edge import validate
 from flower_edge.aggregation import WeightedSum
+from flower_edge.arrays import NDArray, cast_like
 from flower_edge.errors import InputError
 
 __all__ = [
@@ -60,7 +62,7 @@ __all__ = [
     "work_normalised_step",
 ]
 
-Array = npt.NDArray[Any]
+Array = NDArray
 Float64s = list[npt.NDArray[np.float64]]
 
 OptimizerName = Literal["sgd", "momentum", "adam"]
@@ -76,10 +78,7 @@ def _f64(arrays: Sequence[Array]) -> Float64s:
 def _check_weights(weights: Sequence[float], n: int, field: str = "weights") -> list[float]:
     if len(weights) != n:
         raise InputError(f"{field} must have one entry per update ({n}), got {len(weights)}")
-    out = [float(w) for w in weights]
-    for i, w in enumerate(out):
-        if not (math.isfinite(w) and w >= 0):
-            raise InputError(f"{field}[{i}] must be finite and >= 0, got {w!r}")
+    out: list[float] = validate.numbers(field, weights, low=0.0, error=InputError).tolist()
     if not math.fsum(out) > 0:
         raise InputError(f"{field} must not all be 0")
     return out
@@ -122,10 +121,9 @@ def work_normalised_step(
     w = _check_weights(weights, len(deltas))
     if len(work) != len(deltas):
         raise InputError(f"work must have one entry per update ({len(deltas)}), got {len(work)}")
-    taus = [float(t) for t in work]
-    for i, t in enumerate(taus):
-        if not (math.isfinite(t) and t > 0):
-            raise InputError(f"work[{i}] must be finite and > 0, got {t!r}")
+    taus: list[float] = validate.numbers(
+        "work", work, low=0.0, low_inclusive=False, error=InputError
+    ).tolist()
     tau_eff = math.fsum(wi * ti for wi, ti in zip(w, taus, strict=True)) / math.fsum(w)
     normalised = [
         [np.asarray(a, dtype=np.float64) / t for a in d] for d, t in zip(deltas, taus, strict=True)
@@ -145,8 +143,7 @@ def staleness_scale(staleness: Sequence[int]) -> float:
     if not staleness:
         raise InputError("staleness must hold at least one update")
     for i, tau in enumerate(staleness):
-        if tau < 0:
-            raise InputError(f"staleness[{i}] must be >= 0, got {tau!r}")
+        validate.integer(f"staleness[{i}]", tau, low=0, error=InputError)
     return math.fsum(1.0 / math.sqrt(1.0 + t) for t in staleness) / len(staleness)
 
 
@@ -164,10 +161,8 @@ class UpdateCache:
     """
 
     def __init__(self, num_nodes: int, divisor: CacheDivisor = "nodes") -> None:
-        if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
-            raise InputError(f"num_nodes must be an integer >= 1, got {num_nodes!r}")
-        if divisor not in CACHE_DIVISORS:
-            raise InputError(f"divisor must be one of {', '.join(CACHE_DIVISORS)}, got {divisor!r}")
+        validate.integer("num_nodes", num_nodes, low=1, error=InputError)
+        validate.choice("divisor", divisor, CACHE_DIVISORS, error=InputError)
         self.num_nodes = num_nodes
         self.divisor: CacheDivisor = divisor
         self._cache: dict[int, Float64s] = {}
@@ -268,13 +263,10 @@ class ServerOptimizer:
         beta2: float = 0.99,
         tau: float = 1e-3,
     ) -> None:
-        if kind not in OPTIMIZERS:
-            raise InputError(f"kind must be one of {', '.join(OPTIMIZERS)}, got {kind!r}")
+        validate.choice("kind", kind, OPTIMIZERS, error=InputError)
         for name, value in (("beta1", beta1), ("beta2", beta2)):
-            if not (math.isfinite(value) and 0.0 <= value < 1.0):
-                raise InputError(f"{name} must be in [0, 1), got {value!r}")
-        if not (math.isfinite(tau) and tau > 0):
-            raise InputError(f"tau must be finite and > 0, got {tau!r}")
+            validate.probability(name, value, allow_one=False, error=InputError)
+        validate.number("tau", tau, low=0.0, low_inclusive=False, error=InputError)
         self.kind: OptimizerName = kind
         self.beta1 = float(beta1)
         self.beta2 = float(beta2)
@@ -326,12 +318,6 @@ class ServerOptimizer:
         self.v = _f64(state["v"]) if "v" in state else None
 
 
-def _cast_like(values: npt.NDArray[np.float64], ref: Array) -> Array:
-    if ref.dtype.kind != "f":
-        values = np.rint(values)
-    return values.astype(ref.dtype, copy=False)
-
-
 class StepSum(WeightedSum):
     """A weighted sum of per-update terms whose means are new global models.
 
@@ -366,10 +352,8 @@ class StepSum(WeightedSum):
         scale: float = 1.0,
         direction_fn: Callable[[Float64s], Float64s] | None = None,
     ) -> None:
-        if not (math.isfinite(lr) and lr > 0):
-            raise InputError(f"lr must be finite and > 0, got {lr!r}")
-        if not math.isfinite(scale):
-            raise InputError(f"scale must be finite, got {scale!r}")
+        validate.number("lr", lr, low=0.0, low_inclusive=False, error=InputError)
+        validate.number("scale", scale, error=InputError)
         super().__init__(global_arrays)
         self._step_global = [np.asarray(a) for a in global_arrays]
         self._step_lr = float(lr)
@@ -389,7 +373,7 @@ class StepSum(WeightedSum):
         step = self.step_of(mean)
         direction = step if self._step_direction_fn is None else self._step_direction_fn(step)
         return [
-            _cast_like(x.astype(np.float64) + self._step_lr * d, x)
+            cast_like(x.astype(np.float64) + self._step_lr * d, x)
             for x, d in zip(self._step_global, direction, strict=True)
         ]
 

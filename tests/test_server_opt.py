@@ -71,9 +71,9 @@ def test_work_normalised_step_equal_work_is_the_weighted_mean() -> None:
 @pytest.mark.parametrize(
     ("weights", "work", "match"),
     [
-        ([1.0], [0.0], r"work\[0\] must be finite and > 0"),
-        ([1.0], [math.nan], r"work\[0\] must be finite and > 0"),
-        ([-1.0], [1.0], r"weights\[0\] must be finite and >= 0"),
+        ([1.0], [0.0], r"work\[0\] must be (a finite number )?> 0"),
+        ([1.0], [math.nan], r"work\[0\] must be (a finite number )?> 0"),
+        ([-1.0], [1.0], r"weights\[0\] must be >= 0, got -1.0"),
         ([0.0], [1.0], "weights must not all be 0"),
         ([1.0, 1.0], [1.0], r"weights must have one entry per update \(1\), got 2"),
         ([1.0], [1.0, 2.0], r"work must have one entry per update \(1\), got 2"),
@@ -90,7 +90,7 @@ def test_work_normalised_step_errors(weights: list[float], work: list[float], ma
 def test_staleness_scale() -> None:
     assert staleness_scale([0, 3]) == pytest.approx(0.75)
     assert staleness_scale([0, 0, 0]) == 1.0
-    with pytest.raises(InputError, match=r"staleness\[1\] must be >= 0, got -1"):
+    with pytest.raises(InputError, match=r"staleness\[1\] must be an integer >= 0, got -1"):
         staleness_scale([0, -1])
     with pytest.raises(InputError, match="at least one update"):
         staleness_scale([])
@@ -228,7 +228,7 @@ def test_sgd_is_the_step_and_peek_keeps_the_state() -> None:
         ({"kind": "lamb"}, "kind must be one of sgd, momentum, adam, got 'lamb'"),
         ({"beta1": 1.0}, r"beta1 must be in \[0, 1\), got 1.0"),
         ({"beta2": -0.1}, r"beta2 must be in \[0, 1\), got -0.1"),
-        ({"tau": 0.0}, "tau must be finite and > 0, got 0.0"),
+        ({"tau": 0.0}, "tau must be > 0, got 0.0"),
     ],
 )
 def test_server_optimizer_errors(kwargs: dict[str, object], match: str) -> None:
@@ -284,5 +284,5 @@ def test_step_sum_casts_to_the_model_dtypes_and_checks_lr() -> None:
     assert out[0].dtype == np.float32
     assert out[1].dtype == np.int64
     np.testing.assert_array_equal(out[1], [6, 7])
-    with pytest.raises(InputError, match="lr must be finite and > 0, got 0.0"):
+    with pytest.raises(InputError, match="lr must be > 0, got 0.0"):
         StepSum(x, 0.0)
