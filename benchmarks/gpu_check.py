@@ -15,6 +15,11 @@ Usage, from the repository root (needs torch with CUDA, psutil and nvidia-ml-py;
 
 Exit codes: 0 every target met; 1 a target missed or the GPU not rated; 2 no GPU (nothing
 checked: prints ``no GPU: <reason>``).
+
+``--device cpu`` instead runs the same sizing driver on this host's CPU (dense and conv from
+batch 64, the full plan's gpu budgets, psutil's CPU counter as the window) and prints each
+size and N = U x E against the first batch alone: a dry run of the growth logic on real
+hardware where no GPU is lent. It checks nothing and exits 0.
 """
 
 from __future__ import annotations
@@ -107,12 +112,58 @@ def check_mode(mode: str, disk_dir: str | None) -> tuple[dict[str, Any], list[st
     return record, missed
 
 
+def cpu_dry_run(start: int = 64) -> int:
+    """Run the gpu sizing driver on the CPU workloads from batch ``start``; print the steps."""
+    import torch
+
+    from flower_edge.profiling import PLANS
+    from flower_edge.profiling.probe import measure_sized_workload
+    from flower_edge.profiling.sampler import CpuCounter
+    from flower_edge.profiling.sizing import SizingPolicy
+    from flower_edge.profiling.window import CounterWindow
+    from flower_edge.profiling.workloads import ConvWorkload, DenseWorkload
+
+    plan = PLANS["full"]
+    torch.set_num_threads(os.cpu_count() or 1)
+    print(f"cpu dry run: {os.cpu_count()} cores, load {os.getloadavg()}")
+    for make in (DenseWorkload, ConvWorkload):
+        rows = []
+        for max_work in (start, start * 4**4):
+            policy = SizingPolicy(start, max_work, plan.gpu_run_budget / 8, plan.gpu_sizing_budget)
+            began = time.perf_counter()
+            result, outcome = measure_sized_workload(
+                make("cpu", start),
+                policy,
+                CounterWindow(CpuCounter()),
+                plan.repeats,
+                run_budget=plan.gpu_run_budget,
+                probe_seconds=plan.gpu_sizing_budget / 8,
+            )
+            wall = time.perf_counter() - began
+            rows.append(result.utilization * result.intensity)
+            print(
+                f"  {result.name} up to {max_work}: batch {outcome.chosen.work} "
+                f"({outcome.reason}), E {result.intensity:.4g}, U {result.utilization:.2f}, "
+                f"U*E {rows[-1]:.4g}, {wall:.2f} s"
+            )
+            for s in outcome.steps:
+                util = "n/a" if s.utilization is None else f"{s.utilization:.2f}"
+                print(f"    size {s.work:>6}: {s.rate:.4g} samples/s, U {util}")
+        print(f"  {make.kind}: sized / first batch U*E = {rows[1] / max(rows[0], 1e-9):.2f}")
+    return 0
+
+
 def main() -> int:
     """Run the checks; return the exit code."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--json", default=None, help="also write the records to this file")
     parser.add_argument("--disk-dir", default=None, help="folder for the disk workloads")
+    parser.add_argument(
+        "--device", choices=("gpu", "cpu"), default="gpu", help="cpu: dry run of the sizing"
+    )
     args = parser.parse_args()
+    if args.device == "cpu":
+        return cpu_dry_run()
 
     import logging
 

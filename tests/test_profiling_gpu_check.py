@@ -107,3 +107,20 @@ def test_check_mode_quick_passes_the_utilisation_check(
     torch.set_num_threads(1)
     _, missed = script.check_mode("quick", str(tmp_path))
     assert not [m for m in missed if "utilisation" in m or "gpu not rated" in m]
+
+
+def test_cpu_dry_run_runs_the_sizing_on_the_cpu(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = load_script()
+    tiny = dataclasses.replace(TINY, repeats=1, gpu_run_budget=0.02, gpu_sizing_budget=0.04)
+    monkeypatch.setitem(PLANS, "full", tiny)
+    threads = torch.get_num_threads()
+    try:
+        assert script.cpu_dry_run(start=2) == 0
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    assert "cpu-dense up to 2: batch 2" in out
+    assert "cpu-conv up to 512: batch " in out
+    assert "dense: sized / first batch U*E = " in out
