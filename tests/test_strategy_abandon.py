@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import pytest
+from conftest import ToyEdge, accuracy_fn, model, virtual
+from flwr.app import Message, MessageType
 
 from flower_edge import wire
 from flower_edge.decision import decide
 from flower_edge.errors import ConfigError
+from strategies import (
+    EdgeStrategy,
+    FedBuff,
+    InProcessGrid,
+    LoopConfig,
+    ShareConfig,
+    StopConfig,
+)
 from strategies.abandon import AbandonPolicy
 from strategies.config import AbandonConfig
 
@@ -87,3 +99,90 @@ def test_tally_of_wasted_and_saved_samples() -> None:
 def test_bad_config(kwargs: dict[str, float], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         AbandonConfig(**kwargs)
+
+
+# ---------------------------------------------------------------- on the wire, in a run
+
+
+class _Recording(InProcessGrid):
+    """An InProcessGrid that keeps (node, config) of every train message it delivers."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sent: list[tuple[int, dict[str, Any]]] = []
+
+    def push_messages(self, messages: Iterable[Message]) -> list[str]:
+        batch = list(messages)
+        for msg in batch:
+            if msg.metadata.message_type == MessageType.TRAIN:
+                cfg = dict(msg.content.config_records[wire.CONFIG])
+                self.sent.append((int(msg.metadata.dst_node_id), cfg))
+        return super().push_messages(batch)
+
+
+def _run(strategy: Any, rounds: int = 6) -> tuple[_Recording, Any]:
+    toy = ToyEdge(speeds=[5.0, 20.0, 40.0, 80.0], evaluations=lambda p: (1.0 + p, 0.0, 2.0, 1.0))
+    grid = _Recording(toy, 4)
+    result = strategy.start(grid, model(0.0), num_rounds=rounds, evaluate_fn=accuracy_fn())
+    return grid, result
+
+
+def test_edge_strategy_sends_r_and_the_median_theta_and_tallies_abandons() -> None:
+    shares = ShareConfig(total_samples=400, rebalance="off", compute_share=0.4)
+    loop = LoopConfig(slice_budget=0.5)  # short slices: stale jobs meet newer globals
+    strategy = EdgeStrategy(
+        threshold=1, clock=virtual(), shares=shares, loop=loop, stop=StopConfig()
+    )
+    grid, result = _run(strategy)
+    ratio = {node: cfg[wire.MATCH_RATIO] for node, cfg in grid.sent}
+    assert len(ratio) == 4
+    top = max(ratio.values())
+    r = {node: math.sqrt(m / top) for node, m in ratio.items()}  # R = sqrt(m / max m)
+    for node, cfg in grid.sent:
+        assert cfg[wire.RESOURCE] == pytest.approx(r[node])
+    # before any values: every V is neutral (0.5), theta = median of 0.5 R + 0.25
+    first = float(np.quantile([0.5 * r[n] + 0.25 for n in sorted(r)], 0.5))
+    assert grid.sent[0][1][wire.THETA] == pytest.approx(first)
+    # brute force: after the last aggregation, theta = median of 0.5 R + 0.5 V over the nodes,
+    # V = the latest known value, or the mean of the last results for a node never valued
+    latest: dict[int, float] = {}
+    last_round: dict[int, float] = {}
+    for record in strategy.history:
+        last_round = {}
+        for node, value in zip(record.participants, record.values, strict=True):
+            last_round[node] = last_round.get(node, 0.0) + value
+        latest.update(last_round)
+    neutral = sum(last_round.values()) / len(last_round)
+    scores = [0.5 * r[n] + 0.5 * latest.get(n, neutral) for n in sorted(r)]
+    expected = float(np.quantile(scores, 0.5))
+    final = result.train_metrics_clientapp[len(strategy.history)]
+    assert final["abandon-theta"] == pytest.approx(expected)
+    rounds = len(strategy.history)
+    after = [cfg[wire.THETA] for _, cfg in grid.sent if cfg.get(wire.VALUES_ROUND) == rounds]
+    assert after
+    assert after == pytest.approx([expected] * len(after))
+    # the toy clients abandon whenever a newer global arrives at a slice boundary
+    assert final["abandon-offers"] >= final["abandoned-jobs"] > 0
+    assert final["abandon-samples-wasted"] + final["abandon-samples-saved"] > 0
+
+
+def test_baselines_tell_their_clients_never_to_abandon() -> None:
+    strategy = FedBuff(threshold=2, clock=virtual(), shares=ShareConfig(profile=False))
+    grid, result = _run(strategy, rounds=3)
+    assert {cfg[wire.THETA] for _, cfg in grid.sent} == {math.inf}
+    last = result.train_metrics_clientapp[max(result.train_metrics_clientapp)]
+    assert "abandon-theta" not in last
+
+
+def test_auto_compute_share_analyses_the_served_model_once() -> None:
+    from flower_edge.models import MLP
+    from strategies.shares import SharePlanner
+
+    auto = ShareConfig(compute_share="auto", model=MLP, input_shape=(8, 64))
+    planner = SharePlanner(InProcessGrid(ToyEdge(), 2), virtual(), auto, 0.01, "edge")
+    assert planner.compute_share() == pytest.approx(0.4)  # the digits MLP
+    assert planner.compute_share() == pytest.approx(0.4)  # cached
+    bare = SharePlanner(InProcessGrid(ToyEdge(), 2), virtual(), ShareConfig(), 0.01, "edge")
+    assert bare.compute_share() == 0.5
+    with pytest.raises(ConfigError, match="model needs input_shape"):
+        ShareConfig(model=MLP)
