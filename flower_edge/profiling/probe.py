@@ -139,10 +139,10 @@ class ProfilePlan:
     gpu_max_batches : tuple[int, int] (default: (65536, 16384))
         Largest batch of ``gpu-dense`` and ``gpu-conv`` (a memory ceiling; running out of
         device memory earlier also stops the growth).
-    gpu_run_budget : float (default: 0.25)
+    gpu_run_budget : float (default: 0.2)
         Seconds one timed gpu run should take; a step of the chosen batch takes at most an
         eighth of it.
-    gpu_sizing_budget : float (default: 0.35)
+    gpu_sizing_budget : float (default: 0.25)
         Seconds the sizing of one gpu workload may take; each size runs for an eighth of it.
     """
 
@@ -157,8 +157,8 @@ class ProfilePlan:
     max_growth: float = 16.0
     gpu_batches: tuple[int, int] = (256, 128)
     gpu_max_batches: tuple[int, int] = (1 << 16, 1 << 14)
-    gpu_run_budget: float = 0.25
-    gpu_sizing_budget: float = 0.35
+    gpu_run_budget: float = 0.2
+    gpu_sizing_budget: float = 0.25
 
     def __post_init__(self) -> None:
         for name in ("cpu_samples", "memory_samples", "disk_samples", "gpu_batches"):
@@ -200,8 +200,8 @@ PLANS: dict[str, ProfilePlan] = {
         repeats=1,
         run_budget=0.15,
         gpu_max_batches=(1 << 16, 1 << 14),
-        gpu_run_budget=0.25,
-        gpu_sizing_budget=0.35,
+        gpu_run_budget=0.2,
+        gpu_sizing_budget=0.25,
     ),
     "full": ProfilePlan(
         cpu_samples=(4096, 1024),
