@@ -31,7 +31,7 @@ def _one_thread() -> None:
         (["--threshold", "20"], r"threshold K must be >= 1 and < clients \(20\), got 20"),
         (["--clients", "4", "--threshold", "4"], r"< clients \(4\), got 4"),
         (["--rounds", "0"], "--rounds must be an integer >= 1"),
-        (["--heterogeneity", "0.5"], "heterogeneity must be >= 1.0"),
+        (["--heterogeneity", "0.5"], "heterogeneity must be >= 1, got 0.5"),
         (["--seed", "-1"], "--seed must be an integer >= 0"),
     ],
 )
