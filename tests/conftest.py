@@ -13,7 +13,8 @@ Toy clients (numpy only, exact and fast)
     ``EdgeStrategy`` (K = 2) over four toy nodes on a virtual clock; :data:`DUR` holds their
     virtual job durations.
 Flower's log
-    :func:`flwr_logs` collects the ``flwr`` logger's records directly.
+    :func:`flwr_logs` collects the ``flwr`` logger's records directly (the capture of
+    ``fault_clients.py``, the logger lowered to INFO).
 Profiling
     :data:`TINY` is a small profiling plan whose runs still span several CPU-time ticks.
     :func:`check_contract` is an independent checker of the profile JSON contract of issue 2,
@@ -29,11 +30,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
+from fault_clients import LogCapture, capture_flwr_logs
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
@@ -196,34 +198,9 @@ def run_edge(toy: ToyEdge, rounds: int = 2, **options):  # type: ignore[no-untyp
 # ---------------------------------------------------------------- Flower's log
 
 
-class FlwrLogs(logging.Handler):
-    """Collects the ``flwr`` logger's records directly (caplog misses them once another
-    test has turned the logger's propagation off)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-    @property
-    def text(self) -> str:
-        return "\n".join(r.getMessage() for r in self.records)
-
-
-@contextlib.contextmanager
-def flwr_logs(level: int = logging.INFO) -> Iterator[FlwrLogs]:
-    logger = logging.getLogger("flwr")
-    handler = FlwrLogs()
-    old = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(min(level, old) if old else level)
-    try:
-        yield handler
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(old)
+def flwr_logs(level: int = logging.INFO) -> contextlib.AbstractContextManager[LogCapture]:
+    """Capture the ``flwr`` logger's records, the logger lowered to ``level`` meanwhile."""
+    return capture_flwr_logs(level)
 
 
 # ---------------------------------------------------------------- profiling

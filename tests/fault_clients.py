@@ -162,6 +162,11 @@ class LogCapture:
 
     records: list[logging.LogRecord] = field(default_factory=list)
 
+    @property
+    def text(self) -> str:
+        """Return every captured message, one per line."""
+        return "\n".join(r.getMessage() for r in self.records)
+
     def messages(self, level: int = logging.DEBUG) -> list[str]:
         """Return the formatted messages at ``level`` or above."""
         return [r.getMessage() for r in self.records if r.levelno >= level]
@@ -181,13 +186,23 @@ class _ListHandler(logging.Handler):
 
 
 @contextmanager
-def capture_flwr_logs() -> Iterator[LogCapture]:
-    """Capture what the strategy logs through Flower's logger (``flwr``)."""
+def capture_flwr_logs(level: int | None = None) -> Iterator[LogCapture]:
+    """Capture what the strategy logs through Flower's logger (``flwr``).
+
+    The records go to the capture directly (pytest's caplog misses them once another test has
+    turned the logger's propagation off). With ``level``, the logger is lowered to it (if it
+    was higher) for the duration, so records at ``level`` and above are emitted.
+    """
     sink = LogCapture()
     handler = _ListHandler(sink)
     logger = logging.getLogger("flwr")
+    old = logger.level
     logger.addHandler(handler)
+    if level is not None:
+        logger.setLevel(min(level, old) if old else level)
     try:
         yield sink
     finally:
         logger.removeHandler(handler)
+        if level is not None:
+            logger.setLevel(old)
