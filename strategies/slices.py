@@ -11,11 +11,15 @@ node hears of a newer global model at the next slice boundary and the abandon ru
 * on a virtual clock, :data:`INITIAL_BUDGET` virtual seconds, fixed (results must not depend
   on the host's speed).
 
+With a soft per-message ``deadline``, an automatic budget is at most half of it, so that a
+slice and its overhead fit in the deadline.
+
 A number sets the budget (seconds; virtual seconds under a virtual clock; 0 = no slicing).
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 from flower_edge.slicing import message_overhead, slice_budget_for_overhead
@@ -47,6 +51,7 @@ class SliceBudget:
         self.auto = loop.slice_budget == "auto"
         self.fixed = INITIAL_BUDGET if self.auto else float(loop.slice_budget)
         self.adaptive = self.auto and not virtual
+        self.ceiling = math.inf if loop.deadline is None else 0.5 * loop.deadline
         self.round_trips: deque[float] = deque(maxlen=WINDOW)
         self.compute: deque[float] = deque(maxlen=WINDOW)
         self.job_seconds: dict[int, float] = {}  # job id -> its training seconds so far
@@ -79,7 +84,8 @@ class SliceBudget:
 
     def current(self) -> float:
         """Return the budget to send now."""
-        overhead = self.overhead() if self.adaptive else None
-        if overhead is None:
+        if not self.auto:
             return self.fixed
-        return slice_budget_for_overhead(overhead)
+        overhead = self.overhead() if self.adaptive else None
+        budget = self.fixed if overhead is None else slice_budget_for_overhead(overhead)
+        return min(budget, self.ceiling)

@@ -55,3 +55,13 @@ def test_auto_or_a_number_only() -> None:
 
     with pytest.raises(ConfigError, match="slice_budget"):
         LoopConfig(slice_budget="often")  # type: ignore[arg-type]
+
+
+def test_an_automatic_budget_fits_in_half_the_deadline() -> None:
+    budget = SliceBudget(LoopConfig(deadline=12.0), virtual=False)
+    assert budget.current() == 6.0  # min(10, 12 / 2)
+    for job in range(4):
+        budget.observe(job, 2.1, 0.1, restarted=True)  # 2 s overhead -> 20 s wanted
+    assert budget.current() == 6.0
+    fixed = SliceBudget(LoopConfig(deadline=12.0, slice_budget=30.0), virtual=False)
+    assert fixed.current() == 30.0  # a number is the user's: sent as is
