@@ -472,15 +472,30 @@ def test_out_of_device_memory_becomes_memory_error(monkeypatch: pytest.MonkeyPat
         other.run(2)
 
 
-def test_mixed_precision_restores_the_global_tf32_flags() -> None:
+@pytest.mark.parametrize(
+    ("device", "precision", "bf16", "enabled"),
+    [
+        ("cuda", "auto", True, True),
+        ("cuda", "auto", False, False),  # no bf16 on the device (pre-Ampere): fp32
+        ("cuda", "fp32", True, False),
+        ("cpu", "auto", True, False),  # the cpu workloads keep fp32
+    ],
+)
+def test_bf16_autocast_only_on_a_cuda_device_that_has_it(
+    monkeypatch: pytest.MonkeyPatch, device: str, precision: str, bf16: bool, enabled: bool
+) -> None:
+    from contextlib import nullcontext
+
     from flower_edge.profiling.workloads import _precision
 
-    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    with _precision(SimpleNamespace(type="cuda"), "auto"):  # type: ignore[arg-type]
-        assert torch.backends.cuda.matmul.allow_tf32
-        assert torch.backends.cudnn.allow_tf32
-    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
-    with _precision(SimpleNamespace(type="cuda"), "fp32"):  # type: ignore[arg-type]
-        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
-    with _precision(torch.device("cpu"), "auto"):
-        assert not torch.is_autocast_enabled("cpu")
+    calls: list[tuple[str, object, bool]] = []
+
+    def autocast(device_type: str, dtype: object = None, enabled: bool = True) -> nullcontext[None]:
+        calls.append((device_type, dtype, enabled))
+        return nullcontext()
+
+    monkeypatch.setattr(torch, "autocast", autocast)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
+    with _precision(SimpleNamespace(type=device), precision):  # type: ignore[arg-type]
+        pass
+    assert calls == [("cuda", torch.bfloat16, enabled)]

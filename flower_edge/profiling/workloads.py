@@ -124,25 +124,17 @@ PRECISIONS: Final[tuple[str, ...]] = get_args(Precision)
 
 @contextlib.contextmanager
 def _precision(device: torch.device, precision: str) -> Iterator[None]:
-    """On CUDA with ``"auto"``: bf16 autocast where supported, TF32 for fp32 matmuls/convs.
+    """On CUDA with ``"auto"``: bf16 autocast where the device supports it.
 
-    The global TF32 flags are restored on exit, so that a client's own training is unchanged.
-    On the CPU, and with ``"fp32"``, nothing changes.
+    The devices with TF32 (Ampere and later) all support bf16, which is faster still, so TF32
+    is not set separately (and the process-wide TF32 flags of a client are left alone). On the
+    CPU, on devices without bf16 and with ``"fp32"``, nothing changes.
     """
     import torch
 
-    if device.type != "cuda" or precision == "fp32":
+    bf16 = device.type == "cuda" and precision == "auto" and torch.cuda.is_bf16_supported()
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
         yield
-        return
-    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    try:
-        bf16 = torch.cuda.is_bf16_supported()
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
-            yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = matmul
-        torch.backends.cudnn.allow_tf32 = cudnn
 
 
 def _is_out_of_memory(exc: BaseException) -> bool:
@@ -160,7 +152,7 @@ class _TrainWorkload(ABC):
     per step: :meth:`resize` changes it between runs (see :mod:`.sizing`). On CUDA a timed run
     syncs with the device only every ~20 ms of queued work (so that the host keeps the queue
     full and the deadline is still honoured), and ``precision="auto"`` trains in bf16
-    autocast (TF32 where bf16 is missing), as a training job on that device would. Running out
+    autocast where the device supports it, as a training job on that device would. Running out
     of device memory raises :class:`MemoryError` (the cached blocks are released first).
     """
 
