@@ -31,11 +31,12 @@ What each counter means, and its limits
     overlay or network file systems, whose I/O no block device sees), the fallback is the share
     of wall time the workload's process spent off-CPU, ``1 - d(process cpu time) / d(wall)``,
     i.e. waiting for I/O.
-:class:`NvmlCounter` (gpu)
-    ``nvmlDeviceGetUtilizationRates().gpu``: the percentage of the driver's last sample period
-    (1/6 s to 1 s depending on the product) during which one or more kernels ran. It is not
-    cumulative, so it is averaged over the readings; it says a kernel was running, not how many
-    SMs were busy.
+:class:`~.window.NvmlWindow` (gpu, not a sampler counter)
+    NVML's reading is not cumulative: each is the share of the driver's last sample period
+    (1/6 s to 1 s depending on the product) during which a kernel ran, so readings taken by a
+    background thread at the start of a run describe the time before it. The gpu workloads
+    therefore read NVML's timestamped samples over their timed window instead (see
+    :mod:`flower_edge.profiling.window`).
 """
 
 from __future__ import annotations
@@ -54,7 +55,6 @@ __all__ = [
     "Counter",
     "DiskCounter",
     "MemoryCounter",
-    "NvmlCounter",
     "UtilizationSampler",
 ]
 
@@ -188,29 +188,6 @@ class DiskCounter:
             if most > 0:
                 return most / d_wall
         return 1.0 - (cpu - cpu0) / d_wall
-
-
-class NvmlCounter:
-    """GPU kernel-activity share from NVML, averaged over readings (not cumulative).
-
-    Parameters
-    ----------
-    handle : object
-        An NVML device handle (``pynvml.nvmlDeviceGetHandleByIndex`` and friends).
-    """
-
-    def __init__(self, handle: object) -> None:
-        self._handle = handle
-
-    def reset(self) -> None:
-        """Nothing to do: NVML keeps its own sample period."""
-
-    def read(self) -> float:
-        """Return the driver's current GPU utilisation as a fraction."""
-        import pynvml
-
-        rates = pynvml.nvmlDeviceGetUtilizationRates(self._handle)
-        return float(rates.gpu) / 100.0
 
 
 class UtilizationSampler:
