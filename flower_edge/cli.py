@@ -32,7 +32,7 @@ __all__ = ["COMMANDS_GROUP", "COMMAND_MODULES", "build_parser", "command_modules
 #: core sub-command name -> module implementing ``add_parser`` and ``run``
 COMMAND_MODULES: dict[str, str] = {
     "profile": "flower_edge.cli_profile",
-    "analyze": "flower_edge.cli_plan",
+    "analyze": "flower_edge.cli_analyze",
     "plan": "flower_edge.cli_plan",
 }
 #: entry-point group of the upper layers' commands: ``name = "package.module"``, the module

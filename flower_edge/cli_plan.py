@@ -1,11 +1,4 @@
-"""``flower-edge analyze`` and ``flower-edge plan``: the model's needs, and the sample plan.
-
-``flower-edge analyze MODEL --input-shape 32,1,28,28 [--json]``
-    Operator intensity of one training step of MODEL (:mod:`flower_edge.operators`). MODEL is
-    ``pkg.mod:factory`` (a callable that takes no argument and returns a ``torch.nn.Module``)
-    or a bundled model's name (:data:`flower_edge.models.MODELS`); a bundled model is sized to
-    the input shape (input features, channels, image size) unless ``--model-kwargs`` says
-    otherwise. ``--json`` prints only ``ModelProfile.to_dict()``.
+"""``flower-edge plan``: the sample plan of seed 000 over profiled nodes.
 
 ``flower-edge plan --profiles FILE --total-samples F (--model MODEL --input-shape S |
 --compute-share P) [--observations FILE] [--method seed|optimal] [--plot radar.png] [--json]``
@@ -52,28 +45,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from flower_edge import validate
+from flower_edge.cli_analyze import add_model_options, analyze_args
 from flower_edge.errors import InputError
 
 if TYPE_CHECKING:
     import numpy as np
-    import torch
     from numpy.typing import NDArray
-    from torch import nn
 
     from flower_edge.allocation import Allocation, TimeModel
-    from flower_edge.operators import ModelProfile
 
 __all__ = [
     "PLOTS_GROUP",
     "RadarPlotter",
     "add_parser",
     "build_plan",
-    "load_model",
-    "parse_input_shape",
     "read_observations",
     "read_profiles",
     "run",
-    "run_analyze",
     "run_plan",
 ]
 
@@ -87,24 +75,7 @@ _RESOURCES = ("cpu", "gpu", "memory", "disk")
 
 # ---------------------------------------------------------------- parsers
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Register the ``analyze`` and ``plan`` sub-commands; return the ``plan`` parser."""
-    analyze = subparsers.add_parser(
-        "analyze",
-        help="operator intensity of a model's training step (FLOPs, bytes, compute share)",
-        description=(
-            "Capture every aten operator of one training step of MODEL, price its FLOPs and "
-            "bytes, and split the operators into compute- and memory-intensive ones around the "
-            "mean intensity (seed 000, claims 1-2)."
-        ),
-    )
-    analyze.add_argument("model", metavar="MODEL", help="pkg.mod:factory or a bundled model name")
-    _add_model_options(analyze, required=True)
-    analyze.add_argument("--json", action="store_true", help="print only the JSON profile")
-    analyze.add_argument(
-        "--operators", action="store_true", help="list every operator, not a summary per op"
-    )
-    analyze.set_defaults(run=run)
-
+    """Register the ``plan`` sub-command (the model options of ``analyze`` included)."""
     plan = subparsers.add_parser(
         "plan",
         help="split training samples over nodes by radar match ratio, then rebalance",
@@ -124,7 +95,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="P",
         help="the model's compute-intensive operator share p_c in [0, 1] (instead of --model)",
     )
-    _add_model_options(plan, required=False)
+    add_model_options(plan, required=False)
     plan.add_argument(
         "--observations", metavar="FILE", help='observed times (JSON {"id": [[load, s], ...]})'
     )
@@ -156,206 +127,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return plan  # type: ignore[no-any-return]
 
 
-def _add_model_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
-    parser.add_argument(
-        "--input-shape",
-        metavar="S",
-        required=required,
-        help="example batch shape, comma-separated, e.g. 32,1,28,28",
-    )
-    parser.add_argument(
-        "--input-dtype",
-        choices=("float32", "float64", "int64"),
-        default="float32",
-        help="dtype of the example batch (default: float32)",
-    )
-    parser.add_argument(
-        "--model-kwargs",
-        metavar="JSON",
-        default=None,
-        help="keyword arguments for the model factory, e.g. '{\"width\": 32}'",
-    )
-    parser.add_argument(
-        "--share",
-        choices=("count", "flops"),
-        default="count",
-        help="compute share by operator count (the seed) or by FLOPs (default: count)",
-    )
-    parser.add_argument("--forward-only", action="store_true", help="analyse the forward pass only")
-    parser.add_argument(
-        "--execute",
-        action="store_true",
-        help="run the step for real on the CPU (default: shapes only, on the meta device)",
-    )
-
-
 def run(args: argparse.Namespace) -> int:
-    """Dispatch to :func:`run_analyze` or :func:`run_plan` by ``args.command``."""
-    return run_plan(args) if args.command == "plan" else run_analyze(args)
-
-
-# ---------------------------------------------------------------- model loading
-def parse_input_shape(text: str) -> tuple[int, ...]:
-    """Parse ``"32,1,28,28"`` into a shape of positive integers."""
-    try:
-        shape = tuple(int(v) for v in text.replace("x", ",").split(",") if v.strip())
-    except ValueError:
-        shape = ()
-    if not shape or any(v <= 0 for v in shape):
-        raise InputError(
-            f"--input-shape must be comma-separated integers >= 1 (e.g. 32,1,28,28), got {text!r}"
-        )
-    return shape
-
-
-def _model_kwargs(text: str | None) -> dict[str, Any]:
-    if text is None:
-        return {}
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"--model-kwargs must be a JSON object: {exc}") from None
-    if not isinstance(value, dict):
-        raise InputError(f"--model-kwargs must be a JSON object, got {type(value).__name__}")
-    return value
-
-
-def _bundled_kwargs(name: str, shape: tuple[int, ...]) -> dict[str, Any]:
-    """Size a bundled model to the input shape (overridden by ``--model-kwargs``)."""
-    features = math.prod(shape[1:]) if len(shape) > 1 else 1
-    if name in ("mlp", "cnn1d"):
-        return {"in_features": features}
-    if name == "transformer":
-        return {"seq_len": features}
-    if name == "cnn" and len(shape) == 4:
-        return {"in_channels": shape[1], "image_size": shape[2]}
-    if name == "resnet18" and len(shape) == 4:
-        return {"in_channels": shape[1], "small_input": min(shape[2:]) < 64}
-    return {}
-
-
-def load_model(spec: str, shape: tuple[int, ...], kwargs: Mapping[str, Any]) -> nn.Module:
-    """Build the model named by ``spec`` (``pkg.mod:factory`` or a bundled name).
-
-    Raises
-    ------
-    InputError
-        Unknown bundled name, module or attribute; a factory that raises or returns no
-        ``torch.nn.Module``.
-    """
-    from torch import nn
-
-    from flower_edge.models import MODELS
-
-    factory: Callable[..., Any]
-    if ":" in spec:
-        module_name, _, attr = spec.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise InputError(f"MODEL {spec!r}: cannot import {module_name!r}: {exc}") from None
-        found = getattr(module, attr, None)
-        if not callable(found):
-            raise InputError(f"MODEL {spec!r}: {module_name} has no callable {attr!r}")
-        factory, call_kwargs = found, dict(kwargs)
-    elif spec in MODELS:
-        factory, call_kwargs = MODELS[spec], {**_bundled_kwargs(spec, shape), **kwargs}
-    else:
-        raise InputError(
-            f"MODEL {spec!r} is neither pkg.mod:factory nor a bundled model "
-            f"({', '.join(sorted(MODELS))})"
-        )
-    try:
-        model = factory(**call_kwargs)
-    except Exception as exc:  # the factory is user code: any failure is bad input
-        raise InputError(f"MODEL {spec!r}: the factory raised {type(exc).__name__}: {exc}") from exc
-    if not isinstance(model, nn.Module):
-        raise InputError(
-            f"MODEL {spec!r}: the factory returned {type(model).__name__}, not a torch.nn.Module"
-        )
-    return model
-
-
-def _example_input(shape: tuple[int, ...], dtype: str) -> torch.Tensor:
-    import torch
-
-    return torch.zeros(shape, dtype=getattr(torch, dtype))
-
-
-def _analyze(args: argparse.Namespace, spec: str) -> ModelProfile:
-    from flower_edge.operators import analyze_model
-
-    if args.input_shape is None:
-        raise InputError("--input-shape is required with --model")
-    shape = parse_input_shape(args.input_shape)
-    model = load_model(spec, shape, _model_kwargs(args.model_kwargs))
-    return analyze_model(
-        model,
-        _example_input(shape, args.input_dtype),
-        backward=not args.forward_only,
-        share=args.share,
-        execute=args.execute,
-    )
-
-
-# ---------------------------------------------------------------- analyze
-def _si(value: float) -> str:
-    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.2f}{unit}"
-    return f"{value:.0f}"
-
-
-def format_profile(profile: ModelProfile, *, every_operator: bool = False) -> str:
-    """Return the readable summary of an operator profile."""
-    ops = profile.operators
-    n_compute = sum(o.kind == "compute" for o in ops)
-    lines = [
-        f"operators: {len(ops)} ({n_compute} compute-intensive, {len(ops) - n_compute} "
-        f"memory-intensive); mean intensity {profile.mean_intensity:.3f} FLOP/byte",
-        f"compute share p_c = {profile.compute_share:.4f}, memory share p_m = "
-        f"{profile.memory_share:.4f}",
-        f"total {_si(profile.total_flops)}FLOP, {_si(profile.total_bytes)}B moved; "
-        f"{profile.metadata_only} metadata-only calls (views, allocations) left out",
-    ]
-    if profile.unmodelled:
-        lines.append(
-            "no cost formula (1 FLOP per output element): " + ", ".join(profile.unmodelled)
-        )
-    lines.append("")
-    if every_operator:
-        lines.append(f"{'name':<48} {'FLOPs':>9} {'bytes':>9} {'FLOP/B':>8}  kind")
-        for o in ops:
-            lines.append(
-                f"{o.name[:48]:<48} {_si(o.flops):>9} {_si(o.bytes):>9} {o.intensity:>8.3f}  "
-                f"{o.kind}"
-            )
-        return "\n".join(lines)
-    groups: dict[str, list[Any]] = {}
-    for o in ops:
-        groups.setdefault(o.op, []).append(o)
-    lines.append(f"{'op':<52} {'n':>4} {'compute':>7} {'FLOPs':>9} {'bytes':>9}")
-    for op, members in sorted(groups.items(), key=lambda kv: -sum(o.flops for o in kv[1])):
-        lines.append(
-            f"{op[:52]:<52} {len(members):>4} {sum(o.kind == 'compute' for o in members):>7} "
-            f"{_si(sum(o.flops for o in members)):>9} {_si(sum(o.bytes for o in members)):>9}"
-        )
-    return "\n".join(lines)
-
-
-def run_analyze(args: argparse.Namespace) -> int:
-    """Run ``flower-edge analyze``; return the exit code."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore" if args.json else "default", RuntimeWarning)
-        profile = _analyze(args, args.model)
-    if args.json:
-        sys.stdout.write(json.dumps(profile.to_dict()) + "\n")
-    else:
-        sys.stdout.write(f"{args.model} on input {args.input_shape}\n")
-        sys.stdout.write(format_profile(profile, every_operator=args.operators) + "\n")
-    return 0
+    """Run ``flower-edge plan``; return the exit code."""
+    return run_plan(args)
 
 
 # ---------------------------------------------------------------- plan inputs
@@ -561,7 +335,7 @@ def _compute_share(args: argparse.Namespace) -> float:
     if (args.model is None) == (args.compute_share is None):
         raise InputError("give exactly one of --model (with --input-shape) or --compute-share")
     if args.model is not None:
-        return _analyze(args, args.model).compute_share
+        return analyze_args(args, args.model).compute_share
     share = validate.from_text(args.compute_share, float)
     return validate.probability("--compute-share", share, error=InputError)
 

@@ -242,7 +242,12 @@ def test_plugin_commands_come_from_entry_points_and_cannot_replace_core_ones(
         cli, "entry_points", lambda group: eps if group == cli.COMMANDS_GROUP else []
     )
     modules, missing = cli.command_modules()
-    assert list(modules) == ["flower_edge.cli_profile", "flower_edge.cli_plan", "simulations.cli"]
+    assert list(modules) == [
+        "flower_edge.cli_profile",
+        "flower_edge.cli_analyze",
+        "flower_edge.cli_plan",
+        "simulations.cli",
+    ]
     assert missing == {"broken": "ModuleNotFoundError: No module named 'no_such_package_h6'"}
     parser = cli.build_parser()
     assert parser.parse_args(

@@ -1,0 +1,271 @@
+"""``flower-edge analyze``: operator intensity of a model's training step, and model loading.
+
+``flower-edge analyze MODEL --input-shape 32,1,28,28 [--json]``
+    Operator intensity of one training step of MODEL (:mod:`flower_edge.operators`). MODEL is
+    ``pkg.mod:factory`` (a callable that takes no argument and returns a ``torch.nn.Module``)
+    or a bundled model's name (:data:`flower_edge.models.MODELS`); a bundled model is sized to
+    the input shape (input features, channels, image size) unless ``--model-kwargs`` says
+    otherwise. ``--json`` prints only ``ModelProfile.to_dict()``.
+
+The model options (``--input-shape``, ``--input-dtype``, ``--model-kwargs``, ``--share``,
+``--forward-only``, ``--execute``) are shared with ``flower-edge plan --model``
+(:func:`add_model_options`, :func:`analyze_args`).
+
+Exit codes: 0 success, 2 bad input (unknown model, a factory that raises, an input shape that
+does not fit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import sys
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from flower_edge.errors import InputError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from flower_edge.operators import ModelProfile
+
+__all__ = [
+    "add_model_options",
+    "add_parser",
+    "analyze_args",
+    "format_profile",
+    "load_model",
+    "parse_input_shape",
+    "run",
+    "run_analyze",
+]
+
+
+# ---------------------------------------------------------------- parser
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register the ``analyze`` sub-command."""
+    analyze = subparsers.add_parser(
+        "analyze",
+        help="operator intensity of a model's training step (FLOPs, bytes, compute share)",
+        description=(
+            "Capture every aten operator of one training step of MODEL, price its FLOPs and "
+            "bytes, and split the operators into compute- and memory-intensive ones around the "
+            "mean intensity (seed 000, claims 1-2)."
+        ),
+    )
+    analyze.add_argument("model", metavar="MODEL", help="pkg.mod:factory or a bundled model name")
+    add_model_options(analyze, required=True)
+    analyze.add_argument("--json", action="store_true", help="print only the JSON profile")
+    analyze.add_argument(
+        "--operators", action="store_true", help="list every operator, not a summary per op"
+    )
+    analyze.set_defaults(run=run)
+    return analyze  # type: ignore[no-any-return]
+
+
+def add_model_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
+    """Add the options that describe the model's example batch and its analysis."""
+    parser.add_argument(
+        "--input-shape",
+        metavar="S",
+        required=required,
+        help="example batch shape, comma-separated, e.g. 32,1,28,28",
+    )
+    parser.add_argument(
+        "--input-dtype",
+        choices=("float32", "float64", "int64"),
+        default="float32",
+        help="dtype of the example batch (default: float32)",
+    )
+    parser.add_argument(
+        "--model-kwargs",
+        metavar="JSON",
+        default=None,
+        help="keyword arguments for the model factory, e.g. '{\"width\": 32}'",
+    )
+    parser.add_argument(
+        "--share",
+        choices=("count", "flops"),
+        default="count",
+        help="compute share by operator count (the seed) or by FLOPs (default: count)",
+    )
+    parser.add_argument("--forward-only", action="store_true", help="analyse the forward pass only")
+    parser.add_argument(
+        "--execute",
+        action="store_true",
+        help="run the step for real on the CPU (default: shapes only, on the meta device)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``flower-edge analyze``; return the exit code."""
+    return run_analyze(args)
+
+
+# ---------------------------------------------------------------- model loading
+def parse_input_shape(text: str) -> tuple[int, ...]:
+    """Parse ``"32,1,28,28"`` into a shape of positive integers."""
+    try:
+        shape = tuple(int(v) for v in text.replace("x", ",").split(",") if v.strip())
+    except ValueError:
+        shape = ()
+    if not shape or any(v <= 0 for v in shape):
+        raise InputError(
+            f"--input-shape must be comma-separated integers >= 1 (e.g. 32,1,28,28), got {text!r}"
+        )
+    return shape
+
+
+def _model_kwargs(text: str | None) -> dict[str, Any]:
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"--model-kwargs must be a JSON object: {exc}") from None
+    if not isinstance(value, dict):
+        raise InputError(f"--model-kwargs must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _bundled_kwargs(name: str, shape: tuple[int, ...]) -> dict[str, Any]:
+    """Size a bundled model to the input shape (overridden by ``--model-kwargs``)."""
+    features = math.prod(shape[1:]) if len(shape) > 1 else 1
+    if name in ("mlp", "cnn1d"):
+        return {"in_features": features}
+    if name == "transformer":
+        return {"seq_len": features}
+    if name == "cnn" and len(shape) == 4:
+        return {"in_channels": shape[1], "image_size": shape[2]}
+    if name == "resnet18" and len(shape) == 4:
+        return {"in_channels": shape[1], "small_input": min(shape[2:]) < 64}
+    return {}
+
+
+def load_model(spec: str, shape: tuple[int, ...], kwargs: Mapping[str, Any]) -> nn.Module:
+    """Build the model named by ``spec`` (``pkg.mod:factory`` or a bundled name).
+
+    Raises
+    ------
+    InputError
+        Unknown bundled name, module or attribute; a factory that raises or returns no
+        ``torch.nn.Module``.
+    """
+    from torch import nn
+
+    from flower_edge.models import MODELS
+
+    factory: Callable[..., Any]
+    if ":" in spec:
+        module_name, _, attr = spec.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise InputError(f"MODEL {spec!r}: cannot import {module_name!r}: {exc}") from None
+        found = getattr(module, attr, None)
+        if not callable(found):
+            raise InputError(f"MODEL {spec!r}: {module_name} has no callable {attr!r}")
+        factory, call_kwargs = found, dict(kwargs)
+    elif spec in MODELS:
+        factory, call_kwargs = MODELS[spec], {**_bundled_kwargs(spec, shape), **kwargs}
+    else:
+        raise InputError(
+            f"MODEL {spec!r} is neither pkg.mod:factory nor a bundled model "
+            f"({', '.join(sorted(MODELS))})"
+        )
+    try:
+        model = factory(**call_kwargs)
+    except Exception as exc:  # the factory is user code: any failure is bad input
+        raise InputError(f"MODEL {spec!r}: the factory raised {type(exc).__name__}: {exc}") from exc
+    if not isinstance(model, nn.Module):
+        raise InputError(
+            f"MODEL {spec!r}: the factory returned {type(model).__name__}, not a torch.nn.Module"
+        )
+    return model
+
+
+def _example_input(shape: tuple[int, ...], dtype: str) -> torch.Tensor:
+    import torch
+
+    return torch.zeros(shape, dtype=getattr(torch, dtype))
+
+
+def analyze_args(args: argparse.Namespace, spec: str) -> ModelProfile:
+    """Load the model ``spec`` and analyse it with the model options in ``args``."""
+    from flower_edge.operators import analyze_model
+
+    if args.input_shape is None:
+        raise InputError("--input-shape is required with --model")
+    shape = parse_input_shape(args.input_shape)
+    model = load_model(spec, shape, _model_kwargs(args.model_kwargs))
+    return analyze_model(
+        model,
+        _example_input(shape, args.input_dtype),
+        backward=not args.forward_only,
+        share=args.share,
+        execute=args.execute,
+    )
+
+
+# ---------------------------------------------------------------- analyze
+def _si(value: float) -> str:
+    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.2f}{unit}"
+    return f"{value:.0f}"
+
+
+def format_profile(profile: ModelProfile, *, every_operator: bool = False) -> str:
+    """Return the readable summary of an operator profile."""
+    ops = profile.operators
+    n_compute = sum(o.kind == "compute" for o in ops)
+    lines = [
+        f"operators: {len(ops)} ({n_compute} compute-intensive, {len(ops) - n_compute} "
+        f"memory-intensive); mean intensity {profile.mean_intensity:.3f} FLOP/byte",
+        f"compute share p_c = {profile.compute_share:.4f}, memory share p_m = "
+        f"{profile.memory_share:.4f}",
+        f"total {_si(profile.total_flops)}FLOP, {_si(profile.total_bytes)}B moved; "
+        f"{profile.metadata_only} metadata-only calls (views, allocations) left out",
+    ]
+    if profile.unmodelled:
+        lines.append(
+            "no cost formula (1 FLOP per output element): " + ", ".join(profile.unmodelled)
+        )
+    lines.append("")
+    if every_operator:
+        lines.append(f"{'name':<48} {'FLOPs':>9} {'bytes':>9} {'FLOP/B':>8}  kind")
+        for o in ops:
+            lines.append(
+                f"{o.name[:48]:<48} {_si(o.flops):>9} {_si(o.bytes):>9} {o.intensity:>8.3f}  "
+                f"{o.kind}"
+            )
+        return "\n".join(lines)
+    groups: dict[str, list[Any]] = {}
+    for o in ops:
+        groups.setdefault(o.op, []).append(o)
+    lines.append(f"{'op':<52} {'n':>4} {'compute':>7} {'FLOPs':>9} {'bytes':>9}")
+    for op, members in sorted(groups.items(), key=lambda kv: -sum(o.flops for o in kv[1])):
+        lines.append(
+            f"{op[:52]:<52} {len(members):>4} {sum(o.kind == 'compute' for o in members):>7} "
+            f"{_si(sum(o.flops for o in members)):>9} {_si(sum(o.bytes for o in members)):>9}"
+        )
+    return "\n".join(lines)
+
+
+def run_analyze(args: argparse.Namespace) -> int:
+    """Run ``flower-edge analyze``; return the exit code."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore" if args.json else "default", RuntimeWarning)
+        profile = analyze_args(args, args.model)
+    if args.json:
+        sys.stdout.write(json.dumps(profile.to_dict()) + "\n")
+    else:
+        sys.stdout.write(f"{args.model} on input {args.input_shape}\n")
+        sys.stdout.write(format_profile(profile, every_operator=args.operators) + "\n")
+    return 0
