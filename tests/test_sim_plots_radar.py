@@ -40,43 +40,37 @@ def test_plan_finds_the_radar_plot_through_its_entry_point() -> None:
     assert cli_plan.radar_plotter() is plot_radar
 
 
-def _plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, Path]:
+BROKEN = EntryPoint("radar", "no_such_module_h6.plots:plot_radar", cli_plan.PLOTS_GROUP)
+
+
+@pytest.mark.parametrize(
+    ("missing", "complaint"),
+    [
+        ("entry point", "flower-edge plan: error: --plot needs the radar plot"),
+        ("matplotlib", "flower-edge plan: error: --plot needs matplotlib"),
+        ("module", "--plot: cannot import the radar plot 'no_such_module_h6.plots:plot_radar'"),
+    ],
+)
+def test_plan_plot_without_its_upper_layer_is_bad_input(
+    missing: str,
+    complaint: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if missing == "entry point":
+        monkeypatch.setattr(cli_plan, "entry_points", lambda **_: [])
+    elif missing == "matplotlib":
+        monkeypatch.setitem(sys.modules, "matplotlib", None)
+    else:
+        monkeypatch.setattr(cli_plan, "entry_points", lambda **_: [BROKEN])
     profiles = tmp_path / "p.json"
     profiles.write_text(json.dumps({"nodes": NODES}))
     png = tmp_path / "radar.png"
     argv = ["plan", "--profiles", str(profiles), "--total-samples", "10"]
-    code = main([*argv, "--compute-share", "0.5", "--plot", str(png), "--json"])
-    return code, capsys.readouterr().err, png
-
-
-def test_plan_plot_without_the_plot_entry_point_is_bad_input(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(cli_plan, "entry_points", lambda **_: [])
-    code, err, png = _plan(tmp_path, capsys)
-    assert code == 2
-    assert "flower-edge plan: error: --plot needs the radar plot" in err
+    assert main([*argv, "--compute-share", "0.5", "--plot", str(png), "--json"]) == 2
+    assert complaint in capsys.readouterr().err
     assert not png.exists()
-
-
-def test_plan_plot_without_matplotlib_is_bad_input(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setitem(sys.modules, "matplotlib", None)
-    code, err, png = _plan(tmp_path, capsys)
-    assert code == 2
-    assert "--plot needs matplotlib" in err
-    assert not png.exists()
-
-
-def test_plan_plot_whose_module_cannot_be_imported_is_bad_input(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    broken = EntryPoint("radar", "no_such_module_h6.plots:plot_radar", cli_plan.PLOTS_GROUP)
-    monkeypatch.setattr(cli_plan, "entry_points", lambda **_: [broken])
-    code, err, _ = _plan(tmp_path, capsys)
-    assert code == 2
-    assert "--plot: cannot import the radar plot 'no_such_module_h6.plots:plot_radar'" in err
 
 
 def test_plan_without_plot_needs_no_radar_plot(
