@@ -58,7 +58,8 @@ class ClientSettings:
     theta : float
         ``theta`` >= 0: abandon the stale job iff the score is >= theta. Used only when the
         server sends no threshold (:data:`~flower_edge.wire.THETA`): the edge strategy
-        sends the user's theta, or one derived from the live scores.
+        sends the user's theta, or one derived from the live scores. A negative run-config
+        value means "the server's" and reads as the default here.
     seed : int
         ``seed`` (int >= 0): seeds the sample order of every job.
     """
@@ -94,8 +95,10 @@ class ClientSettings:
         )
         alpha = validate.probability(f"run config {ALPHA!r}", run_config.get(ALPHA, DEFAULT_ALPHA))
         theta = validate.number(
-            f"run config {THETA!r}", run_config.get(THETA, DEFAULT_THETA), low=0.0, finite=False
+            f"run config {THETA!r}", run_config.get(THETA, DEFAULT_THETA), finite=False
         )
+        if theta < 0:  # "the server derives it" (simulation app): the fallback when none comes
+            theta = DEFAULT_THETA
         return cls(
             learning_rate=learning_rate,
             batch_size=integer(BATCH_SIZE, task.batch_size, 1),

@@ -293,7 +293,7 @@ def test_bad_train_message_gets_an_error_reply_and_the_node_stays_usable(
     ("run_config", "match"),
     [
         ({"alpha": 1.5}, r"run config 'alpha' must be in \[0, 1\], got 1.5"),
-        ({"theta": -0.1}, r"run config 'theta' must be >= 0"),
+        ({"theta": float("nan")}, r"run config 'theta' must be"),
         ({"learning-rate": 0}, r"run config 'learning-rate' must be > 0"),
         ({"batch-size": 0}, r"run config 'batch-size' must be an integer >= 1, got 0"),
         ({"local-epochs": "two"}, r"run config 'local-epochs' must be an integer >= 1"),
@@ -402,3 +402,13 @@ def test_older_results_do_not_overwrite_a_newer_value() -> None:
     _ok(app(_msg(_job(3, 2, **{wire.SAMPLE_SHARE: 64, wire.SLICE_BUDGET: 1e-9}), _global(2)), ctx))
     m = _ok(app(_msg(_job(3, 3, **{wire.SLICE_BUDGET: 1e-9}), _global(3)), ctx))
     assert m[wire.ABANDONED] == 1
+
+
+def test_a_negative_theta_in_the_run_config_leaves_the_threshold_to_the_server() -> None:
+    from clients.settings import DEFAULT_THETA, ClientSettings
+
+    s = ClientSettings.from_run_config({"theta": -1.0}, TASK)
+    assert s.theta == DEFAULT_THETA  # used only if the server sends none
+    # the server's theta decides: score 0.724 (see the abandon tests above)
+    m, _ = _preempt(0.5, -1.0, 0.9, ([NODE, 11], [0.5, 0.5]), server={wire.THETA: 0.73})
+    assert m[wire.ABANDONED] == 0
