@@ -26,7 +26,6 @@ import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from numbers import Real
 from typing import Literal, get_args
 
 from flower_edge import validate
@@ -301,15 +300,13 @@ class _CheckedDecay:
 
     def __call__(self, delay: float) -> float:
         dt = _check_delay(delay)
-        value = self.fn(dt)
-        if isinstance(value, bool) or not isinstance(value, Real):
-            raise InputError(f"decay function returned {value!r}; it must return a float > 0")
-        result = float(value)
-        if not math.isfinite(result) or result <= 0.0:
-            raise InputError(
-                f"decay function returned {result!r} at delay {dt!r}; it must be finite and > 0"
-            )
-        return result
+        return validate.number(
+            f"the decay function's result at delay {dt!r}",
+            self.fn(dt),
+            low=0.0,
+            low_inclusive=False,
+            error=InputError,
+        )
 
 
 def _check_staleness(staleness: int) -> int:

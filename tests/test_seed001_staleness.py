@@ -158,13 +158,16 @@ def test_make_decay_wraps_a_callable_and_checks_its_results() -> None:
     g = make_decay(lambda dt: 1.0 / (1.0 + dt * dt))
     assert g(0.0) == 1.0
     assert g(3.0) == pytest.approx(0.1)
-    with pytest.raises(InputError, match=r"returned 0\.0 at delay 2\.0; it must be finite and > 0"):
+    with pytest.raises(InputError, match=r"result at delay 2\.0 must be > 0, got 0\.0"):
         make_decay(lambda dt: 0.0)(2.0)
-    with pytest.raises(InputError, match=r"returned -1\.0 at delay 0\.0"):
+    with pytest.raises(InputError, match=r"result at delay 0\.0 must be > 0, got -1\.0"):
         make_decay(lambda dt: -1.0)(0.0)
-    with pytest.raises(InputError, match=r"returned nan"):
+    with pytest.raises(InputError, match=r"must be a finite number > 0, got nan"):
         make_decay(lambda dt: math.nan)(1.0)
-    with pytest.raises(InputError, match=r"returned 'x'; it must return a float > 0"):
+    with pytest.raises(
+        InputError,
+        match=r"function's result at delay 1\.0 must be a finite number > 0, got 'x'",
+    ):
         make_decay(lambda dt: "x")(1.0)  # type: ignore[arg-type, return-value]
 
 
