@@ -1,0 +1,1 @@
+"""The Flower App of ``benchmarks/real_deployment.py``."""

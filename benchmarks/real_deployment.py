@@ -1,0 +1,268 @@
+"""Wall-clock benchmark on Flower's real deployment runtime: a SuperLink and 8 SuperNodes.
+
+Everything runs on 127.0.0.1 through the repository's own ``deploy/`` scripts (via
+``tests/deploy_harness.py``). One SuperNode is slowed in fact, not by a sleep the profiler
+cannot see: a duty-cycle throttle stops its whole process tree (the SuperNode, every
+``flwr-clientapp`` process it starts, so its training loop and its profiling probe alike)
+with SIGSTOP and lets it run with SIGCONT for ``1 / slow_factor`` of every 100 ms period.
+That is what a CPU quota (cgroup ``cpu.max``) does, relative to the other nodes whatever the
+host's load; on this host cgroup v2 is not mounted for the cpu controller.
+
+Each strategy (edge, FedBuff, FedAsync, Flower's FedAvg) runs as one ``flwr run`` of
+``benchmarks/deploy_app`` on the same SuperNodes, FedAvg first: its wall time becomes the time
+budget of the others. The app measures the per-message overhead of the runtime first (one
+evaluate message per node) and picks edge's slice budget from it
+(:func:`flower_edge.slicing.slice_budget_for_overhead`).
+
+Usage::
+
+    source scripts/env.sh
+    nice -n 5 .venv/bin/python benchmarks/real_deployment.py --out /tmp/real.json
+
+Prints one line per strategy and a summary against the targets of issue 12.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+from deploy_harness import VENV_BIN, Deployment, Proc, deployment  # noqa: E402
+
+APP = REPO / "benchmarks" / "deploy_app"
+RESULT = re.compile(r"REAL-DEPLOYMENT-RESULT (\{.*\})")
+
+
+class DutyCycle:
+    """Let a process tree run for ``1 / factor`` of every ``period`` seconds (SIGSTOP/SIGCONT).
+
+    Parameters
+    ----------
+    pid : int
+        Root of the tree; its descendants are looked up every period, so ClientApp
+        processes started later are throttled too.
+    factor : float
+        Slow-down, ``>= 1``.
+    period : float (default: 0.1)
+        Seconds per cycle.
+    """
+
+    def __init__(self, pid: int, factor: float, period: float = 0.1) -> None:
+        if not factor >= 1:
+            raise ValueError(f"slow factor must be >= 1, got {factor!r}")
+        self.pid, self.factor, self.period = pid, factor, period
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._stopped: list[psutil.Process] = []
+
+    def _tree(self) -> list[psutil.Process]:
+        try:
+            root = psutil.Process(self.pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return []
+
+    def _signal(self, procs: list[psutil.Process], sig: int) -> None:
+        for proc in procs:
+            with contextlib.suppress(psutil.Error):
+                proc.send_signal(sig)
+
+    def _run(self) -> None:
+        run = self.period / self.factor
+        while not self._stop.is_set():
+            tree = self._tree()
+            self._signal(tree, signal.SIGCONT)
+            time.sleep(run)
+            if self._stop.is_set():
+                break
+            self._signal(tree, signal.SIGSTOP)
+            self._stopped = tree
+            self._stop.wait(self.period - run)
+        self._signal(self._tree(), signal.SIGCONT)
+        self._signal(self._stopped, signal.SIGCONT)
+
+    def __enter__(self) -> DutyCycle:
+        if self.factor > 1:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        self._signal(self._tree(), signal.SIGCONT)
+
+
+def node_id(proc: Proc, timeout: float = 60.0) -> int:
+    """Return the SuperNode ID that a SuperNode logged."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = re.findall(r"SuperNode ID: (\d+)", proc.text())
+        if found:
+            return int(found[-1])
+        time.sleep(0.2)
+    raise TimeoutError(f"{proc.name} logged no SuperNode ID within {timeout:.0f} s")
+
+
+def profile_cpu(throttle: float) -> dict[str, float]:
+    """Run ``flower-edge profile --quick`` under a throttle; return CPU N and its seconds."""
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = [str(VENV_BIN / "flower-edge"), "profile", "--quick", "--json", "--disk-dir", tmp]
+        start = time.monotonic()
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        with DutyCycle(proc.pid, throttle):
+            out, _ = proc.communicate(timeout=900)
+        report = json.loads(out)
+    return {
+        "cpu_N": float(report["resources"]["cpu"]["evaluation"]),
+        "seconds": time.monotonic() - start,
+    }
+
+
+def time_to(curve: list[list[float]], target: float) -> float | None:
+    """Return the first wall time at which the accuracy reached ``target`` (None: never)."""
+    return next((t for t, acc in curve if acc >= target), None)
+
+
+def run_strategy(
+    dep: Deployment, name: str, config: dict[str, Any], timeout: float
+) -> dict[str, Any]:
+    """Run one strategy with ``flwr run`` and return its parsed result line."""
+    start = time.monotonic()
+    log = dep.run_app(APP, {"strategy": name, **config}, timeout=timeout)
+    found = RESULT.findall(log)
+    if not found:
+        raise RuntimeError(f"{name}: no result line:\n{log[-4000:]}")
+    result: dict[str, Any] = json.loads(found[-1])
+    result["submit_to_end"] = time.monotonic() - start
+    shares = re.findall(r"shares (\{[^}]*\})", log)
+    result["shares_log"] = shares[:2]
+    return result
+
+
+def verdicts(results: dict[str, dict[str, Any]], target: float) -> list[str]:
+    """Check the targets of issue 12 and return one line per target."""
+    t = {k: time_to(v["curve"], target) for k, v in results.items()}
+    final = {k: (v["curve"][-1][1] if v["curve"] else math.nan) for k, v in results.items()}
+    lines = []
+
+    def ratio(a: str, b: str, bound: float) -> None:
+        if a not in t or b not in t:
+            return
+        ta, tb = t[a], t[b]
+        if ta is None:
+            lines.append(f"{a} <= {bound}x {b} time to {target}: NOT MET ({a} never reached it)")
+        elif tb is None:
+            lines.append(f"{a} <= {bound}x {b} time to {target}: MET ({b} never reached it)")
+        else:
+            verdict = "MET" if ta <= bound * tb else "NOT MET"
+            lines.append(f"{a} <= {bound}x {b} time to {target}: {verdict} ({ta / tb:.2f}x)")
+
+    ratio("edge", "fedavg", 0.5)
+    ratio("edge", "fedbuff", 0.9)
+    ratio("edge-noprofile", "fedavg", 0.5)
+    ratio("edge-noprofile", "fedbuff", 0.9)
+    for edge in ("edge", "edge-noprofile"):
+        if edge in final and "fedavg" in final:
+            gap = final["fedavg"] - final[edge]
+            verdict = "MET" if gap <= 0.01 else "NOT MET"
+            lines.append(
+                f"{edge} final within 1 point of fedavg: {verdict} "
+                f"({final[edge]:.4f} vs {final['fedavg']:.4f})"
+            )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=8)
+    parser.add_argument("--slow-factor", type=float, default=10.0)
+    parser.add_argument("--strategies", default="fedavg,edge,fedbuff,fedasync")
+    parser.add_argument("--fedavg-rounds", type=int, default=6)
+    parser.add_argument("--budget", type=float, default=0.0, help="s; 0 = FedAvg's wall time")
+    parser.add_argument("--threshold", type=int, default=3)
+    parser.add_argument("--local-epochs", type=int, default=5)
+    parser.add_argument("--target", type=float, default=0.85)
+    parser.add_argument("--slice-budget", type=float, default=-1.0, help="< 0: from overhead")
+    parser.add_argument("--profile-check", action="store_true", help="profile CPU N 1x vs slow")
+    parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    names = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    record: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}}
+
+    if args.profile_check:
+        record["profile"] = {
+            "normal": profile_cpu(1.0),
+            "throttled": profile_cpu(args.slow_factor),
+        }
+        print("profile (quick) CPU N:", json.dumps(record["profile"]), flush=True)
+
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="real-deployment-"))
+    results: dict[str, dict[str, Any]] = {}
+    t_start = time.monotonic()
+    with deployment(workdir) as dep:
+        dep.start_superlink()
+        configs = [{"partition-id": i, "num-partitions": args.nodes} for i in range(args.nodes)]
+        dep.start_supernodes(configs, timeout=180)
+        slow = dep.nodes[args.nodes - 1]
+        record["slow_node"] = node_id(slow)
+        print(f"{args.nodes} SuperNodes up; slowed {args.slow_factor}x: {record['slow_node']}")
+        with DutyCycle(slow.pid, args.slow_factor):
+            budget = args.budget
+            overhead = -1.0  # measured by the first run, passed on to the others
+            for name in names:
+                config: dict[str, Any] = {
+                    "num-server-rounds": args.fedavg_rounds,
+                    "threshold": args.threshold,
+                    "min-nodes": args.nodes,
+                    "slice-budget": args.slice_budget,
+                    "time-budget": budget,
+                    "overhead": overhead,
+                    "local-epochs": args.local_epochs,
+                }
+                res = run_strategy(dep, name, config, timeout=1800)
+                results[name] = res
+                overhead = float(res["overhead"])
+                if name == "fedavg" and budget <= 0:
+                    budget = float(res["wall"])
+                curve = res["curve"]
+                print(
+                    f"{name:14s} wall {res['wall']:7.1f} s  aggregations {len(curve):3d}  "
+                    f"time to {args.target}: {time_to(curve, args.target)}  "
+                    f"final {curve[-1][1] if curve else float('nan'):.4f}  "
+                    f"overhead {res['overhead']:.2f} s  slice {res['slice_budget']}  "
+                    f"events {res['events']}",
+                    flush=True,
+                )
+    record["results"] = results
+    record["verdicts"] = verdicts(results, args.target)
+    record["total_seconds"] = time.monotonic() - t_start
+    for line in record["verdicts"]:
+        print(line)
+    print(f"total {record['total_seconds']:.0f} s; logs in {workdir}")
+    if args.out:
+        args.out.write_text(json.dumps(record, indent=1, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+    raise SystemExit(main())
