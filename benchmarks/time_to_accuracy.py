@@ -6,10 +6,13 @@ main
     Every strategy in ``--strategies`` on ``--scenario`` for every seed: time to the
     scenario's target accuracy, final accuracy, virtual time, wasted compute.
 ablations
-    The edge strategy with one change at a time, same devices and data: ``uniform`` shares
-    (no profile, no rebalancing) instead of match-ratio shares; abandon rule off
-    (``theta = inf``) and abandoning more readily (``theta = 0.15``; the default 0.6 is
-    rarely reached, see the docs); constant instead of time-decayed weights.
+    The edge strategy with one seed mechanism off at a time, same devices and data
+    (:data:`MECHANISM_ABLATIONS`): equal shares (no profile, no rebalancing), no rebalancing,
+    constant weights (no decay), no leave-one-out values, no abandoning (``theta = inf``),
+    no convergence stop. ``--ablations`` picks others of :data:`ABLATIONS`.
+baselines
+    FedBuff's server learning rate and FedAsync's alpha swept (``--baseline-settings``), so
+    that the baselines run at their best settings.
 scale
     One edge run of ``--scale-clients`` clients and ``--scale-rounds`` aggregations through
     Flower's simulation engine (Ray, ``--cpus`` CPUs): wall time and peak memory of the
@@ -46,16 +49,81 @@ from simulations.runner import run_experiment
 
 ABLATIONS: dict[str, dict[str, Any]] = {
     "edge": {},
+    # one seed mechanism off at a time (issue 10's ablation table)
+    "edge-no-shares": {"shares": "uniform"},  # equal shares: no profile, no rebalancing
+    "edge-no-rebalancing": {"post": {"rebalance": "off"}},  # match-ratio shares kept fixed
+    "edge-no-decay": {"decay": "constant"},  # weights c_i only
+    "edge-no-values": {"post": {"valuation": "off"}},  # no leave-one-out, neutral values sent
+    "edge-no-abandon": {"theta": math.inf},  # the abandon rule never fires
+    "edge-no-stop": {"post": {"stop": "off"}},  # the round budget only
+    # earlier explorations
     "edge-uniform-shares": {"shares": "uniform"},
-    "edge-no-abandon": {"theta": math.inf},
     "edge-abandon-theta-0.15": {"theta": 0.15},
     "edge-abandon-theta-0.05": {"theta": 0.05},
     "edge-constant-weights": {"decay": "constant"},
-    # the seed's rule: average the full models, move all the way (the scenarios' default
-    # before 2026-11-30 was this, with one epoch of work per round instead of local_epochs)
     "edge-seed-rule": {"aggregate": "models", "server_lr": 1.0},
     "edge-deltas-lr-1": {"server_lr": 1.0},
 }
+"""Ablations: ``SimSettings`` options, and under ``"post"`` changes made to the built strategy."""
+
+#: the ablations of issue 10's table, one seed mechanism off in each
+MECHANISM_ABLATIONS: tuple[str, ...] = (
+    "edge-no-shares",
+    "edge-no-rebalancing",
+    "edge-no-decay",
+    "edge-no-values",
+    "edge-no-abandon",
+    "edge-no-stop",
+)
+
+#: settings of the baselines other than their defaults, by label (``--baseline-settings``)
+BASELINE_SETTINGS: dict[str, tuple[str, dict[str, float]]] = {
+    "fedbuff-lr-0.5": ("fedbuff", {"server_lr": 0.5}),
+    "fedbuff-lr-2": ("fedbuff", {"server_lr": 2.0}),
+    "fedbuff-lr-3": ("fedbuff", {"server_lr": 3.0}),
+    "fedasync-alpha-0.3": ("fedasync", {"alpha": 0.3}),
+    "fedasync-alpha-0.9": ("fedasync", {"alpha": 0.9}),
+}
+
+
+def _post_build(post: dict[str, Any]) -> Any:
+    """Return a ``build_strategy`` that changes the built strategy as ``post`` says."""
+    from strategies.config import StopConfig
+
+    module: Any = sys.modules[run_server_module()]
+    original = getattr(module, "_original_build_strategy", module.build_strategy)
+    module._original_build_strategy = original
+
+    def build(settings: SimSettings, clock: Any) -> Any:
+        strategy = original(settings, clock)
+        for key, value in post.items():
+            if key == "rebalance":
+                strategy.shares = replace(strategy.shares, rebalance=value)
+            elif key == "valuation":
+                strategy.valuation = replace(strategy.valuation, mode=value)
+            elif key == "stop":
+                strategy.stop = StopConfig()
+            else:
+                setattr(strategy, key, value)
+        return strategy
+
+    return build
+
+
+def run_server_module() -> str:
+    """Return the name of the module whose ``run_server`` calls ``build_strategy``."""
+    import simulations.app as sim_app
+
+    return str(sim_app.run_server.__module__)
+
+
+def _with_post(post: dict[str, Any] | None) -> None:
+    module: Any = sys.modules[run_server_module()]
+    original = getattr(module, "_original_build_strategy", None)
+    if post:
+        module.build_strategy = _post_build(post)
+    elif original is not None:
+        module.build_strategy = original
 
 
 def _row(label: str, r: RunResult, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -115,15 +183,40 @@ def part_main(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def part_ablations(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
+    wanted = args.ablations or list(MECHANISM_ABLATIONS)
     for seed in args.seeds:
         for label, options in ABLATIONS.items():
             if label == "edge" and not args.rerun_edge:
                 continue
-            if args.ablations and label not in args.ablations and label != "edge":
+            if label not in wanted and label != "edge":
                 continue
-            s = _settings(args, "edge", seed, **options)
-            r = run_experiment(s, engine=args.engine, cpus=args.cpus)
+            options = dict(options)
+            post = options.pop("post", None)
+            _with_post(post)
+            try:
+                s = _settings(args, "edge", seed, **options)
+                r = run_experiment(s, engine=args.engine, cpus=args.cpus)
+            finally:
+                _with_post(None)
             rows.append(_row(label, r))
+            _emit(args.jsonl, rows[-1])
+    return rows
+
+
+def part_baselines(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """FedBuff's server lr and FedAsync's alpha, swept (``--baseline-settings``)."""
+    rows = []
+    for seed in args.seeds:
+        for label in args.baseline_settings:
+            strategy, post = BASELINE_SETTINGS[label]
+            _with_post(post)
+            try:
+                r = run_experiment(
+                    _settings(args, strategy, seed), engine=args.engine, cpus=args.cpus
+                )
+            finally:
+                _with_post(None)
+            rows.append(_row(label, r, {"setting": post}))
             _emit(args.jsonl, rows[-1])
     return rows
 
@@ -224,7 +317,9 @@ def _retarget(row: dict[str, Any], target: float) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--part", choices=["main", "ablations", "scale", "all"], default="all")
+    p.add_argument(
+        "--part", choices=["main", "ablations", "baselines", "scale", "all"], default="all"
+    )
     p.add_argument("--scenario", default="mnist1d-100")
     p.add_argument("--clients", type=int, default=None)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -247,7 +342,14 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         default=None,
         choices=list(ABLATIONS),
-        help="ablations to run (default: all)",
+        help="ablations to run (default: one per seed mechanism)",
+    )
+    p.add_argument(
+        "--baseline-settings",
+        nargs="+",
+        default=list(BASELINE_SETTINGS),
+        choices=list(BASELINE_SETTINGS),
+        help="baselines: the settings to sweep",
     )
     p.add_argument("--scale-clients", type=int, default=100)
     p.add_argument("--scale-rounds", type=int, default=200)
@@ -267,10 +369,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     if args.summarise is not None:
-        rows = [json.loads(x) for x in args.summarise.read_text().splitlines() if x.strip()]
+        saved = [json.loads(x) for x in args.summarise.read_text().splitlines() if x.strip()]
         if args.target is not None:
-            rows = [_retarget(r, args.target) for r in rows if "curve" in r]
-        print(summarise([r for r in rows if r["label"] != "scale"]))
+            saved = [_retarget(r, args.target) for r in saved if "curve" in r]
+        print(summarise([r for r in saved if r["label"] != "scale"]))
         return 0
     print(
         f"# {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC, load {os.getloadavg()}",
@@ -283,6 +385,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.rerun_edge and args.part == "all":
             args.rerun_edge = not any(r["label"] == "edge" for r in rows)
         rows += part_ablations(args)
+    if args.part == "baselines":
+        rows += part_baselines(args)
     if args.part in ("scale", "all"):
         rows += part_scale(args)
     print(summarise([r for r in rows if r["label"] != "scale"]))
