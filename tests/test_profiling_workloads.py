@@ -499,3 +499,29 @@ def test_bf16_autocast_only_on_a_cuda_device_that_has_it(
     with _precision(SimpleNamespace(type=device), precision):  # type: ignore[arg-type]
         pass
     assert calls == [("cuda", torch.bfloat16, enabled)]
+
+
+def test_a_batch_projected_past_half_the_device_memory_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from flower_edge.profiling.workloads import MEMORY_SHARE, fits_memory
+
+    assert MEMORY_SHARE == 0.5
+    assert fits_memory(500, 1000.0, 1_000_000, 0.5)
+    assert not fits_memory(501, 1000.0, 1_000_000, 0.5)
+    dense = DenseWorkload("cpu", batch=4)
+    dense.prepare(4)
+    dense.run(4)
+    assert dense.bytes_per_sample is None  # measured on CUDA only
+    dense.resize(1 << 12)  # no projection on the CPU
+    made: list[int] = []
+    monkeypatch.setattr(dense, "_make_batch", made.append)
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=10**6)
+    )
+    dense.device_name, dense.bytes_per_sample = "cuda:0", 1000.0  # as after a run on a card
+    with pytest.raises(MemoryError, match=r"batch 501 would take about .* over 50%"):
+        dense.resize(501)
+    dense.resize(500)
+    assert made == [500]
+    assert dense.batch == 500

@@ -47,6 +47,7 @@ __all__ = [
     "IMAGE_SHAPE",
     "MEMORY_SAMPLE_BYTES",
     "DISK_SAMPLE_BYTES",
+    "MEMORY_SHARE",
     "PRECISIONS",
     "Precision",
     "SizableWorkload",
@@ -56,6 +57,7 @@ __all__ = [
     "ShardWorkload",
     "StridedCopyWorkload",
     "Workload",
+    "fits_memory",
     "peak_copy_bandwidth",
 ]
 
@@ -116,6 +118,14 @@ def _sync(device: torch.device) -> None:
 _SYNC_SECONDS: Final = 0.02
 #: most training steps queued between two host syncs
 _MAX_STEPS_PER_SYNC: Final = 1024
+#: largest share of the device's memory a gpu workload's batch may take (projected)
+MEMORY_SHARE: Final = 0.5
+
+
+def fits_memory(batch: int, bytes_per_sample: float, device_bytes: int, share: float) -> bool:
+    """Whether ``batch`` samples at ``bytes_per_sample`` stay within ``share`` of the device."""
+    return batch * bytes_per_sample <= share * device_bytes
+
 
 Precision = Literal["auto", "fp32"]
 #: allowed ``precision`` values of the training workloads
@@ -173,6 +183,8 @@ class _TrainWorkload(ABC):
         self._shape: tuple[int, ...] = ()
         self._x: torch.Tensor | None = None
         self._y: torch.Tensor | None = None
+        #: peak device bytes per sample of the last run (CUDA only; params and workspace included)
+        self.bytes_per_sample: float | None = None
 
     @abstractmethod
     def _build(self) -> tuple[torch.nn.Module, tuple[int, ...]]:
@@ -218,12 +230,32 @@ class _TrainWorkload(ABC):
             raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
         if self._model is None:
             raise RuntimeError(f"{self.name}: prepare() before resize()")
+        self._check_projected_memory(batch)
         try:
             self._make_batch(batch)
         except Exception as exc:
             self._raise_if_out_of_memory(exc, batch)
             raise
         self.batch = batch
+
+    def _check_projected_memory(self, batch: int) -> None:
+        """On CUDA, refuse a batch projected past :data:`MEMORY_SHARE` of the device memory.
+
+        The projection uses the peak memory per sample of the last run: on a device whose
+        memory is shared with the host (Jetson) running out of it is not a clean error.
+        """
+        import torch
+
+        device = torch.device(self.device_name)
+        if device.type != "cuda" or self.bytes_per_sample is None:
+            return
+        total = int(torch.cuda.get_device_properties(device).total_memory)
+        if not fits_memory(batch, self.bytes_per_sample, total, MEMORY_SHARE):
+            raise MemoryError(
+                f"{self.name}: batch {batch} would take about "
+                f"{batch * self.bytes_per_sample / 2**30:.1f} GiB, over {MEMORY_SHARE:.0%} "
+                f"of the device's {total / 2**30:.1f} GiB"
+            )
 
     def _raise_if_out_of_memory(self, exc: Exception, batch: int) -> None:
         if not _is_out_of_memory(exc):
@@ -258,6 +290,8 @@ class _TrainWorkload(ABC):
         loss_fn = torch.nn.functional.cross_entropy
         device = self._x.device
         cuda = device.type == "cuda"
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(device)
         every, since, mark = 1, 0, time.perf_counter()
         done = 0
         while done < samples:
@@ -279,6 +313,9 @@ class _TrainWorkload(ABC):
             if now > deadline:
                 break
         _sync(device)
+        if cuda:
+            peak = torch.cuda.max_memory_allocated(device)
+            self.bytes_per_sample = peak / self._x.shape[0]
         return done
 
     def close(self) -> None:
