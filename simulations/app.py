@@ -6,8 +6,9 @@ or ``flwr run . --run-config "key=value ..."``), validated by
 :meth:`SimSettings.from_run_config` before any message is sent; the keys are listed in
 :mod:`simulations.settings`.
 
-The number of SuperNodes of the federation (``options.num-supernodes``) must equal the
-scenario's client count; a mismatch is an error before the first round.
+The run's client count follows the federation (``options.num-supernodes``) unless the run
+config sets ``clients``; a set count that differs, or a federation too small for the
+scenario, is an error before the first message (:mod:`simulations.federation`).
 
 Each virtual client finds its device from its partition id, the scenario and the seed
 (:func:`devices_for`), and gets it as the ClientApp's ``timer_fn`` (virtual durations) and
