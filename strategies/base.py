@@ -24,6 +24,7 @@ from flwr.serverapp.strategy import Result, Strategy
 
 from flower_edge import validate, wire
 from flower_edge.aggregation import WeightedSum, weighted_average
+from flower_edge.arrays import NDArray
 from flower_edge.errors import ConfigError, InputError
 from flower_edge.staleness import make_decay
 from strategies.clock import Clock, WallClock
@@ -34,7 +35,7 @@ from strategies.config import (
     StopConfig,
     ValuationConfig,
 )
-from strategies.evaluation import EvaluateFn, NDArray, to_record
+from strategies.evaluation import EvaluateFn, to_record
 from strategies.loop import EventLoop
 from strategies.records import (
     AggregationRecord,

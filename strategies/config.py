@@ -306,12 +306,6 @@ class AbandonConfig:
     quantile: float = 0.5
 
     def __post_init__(self) -> None:
-        for name, value in (("alpha", self.alpha), ("quantile", self.quantile)):
-            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-                raise ConfigError(f"{name} must be a number in [0, 1], got {value!r}")
-        if self.theta is not None and (
-            isinstance(self.theta, bool)
-            or not isinstance(self.theta, int | float)
-            or not self.theta >= 0
-        ):
-            raise ConfigError(f"theta must be a number >= 0 (inf allowed), got {self.theta!r}")
+        validate.probability("alpha", self.alpha)
+        validate.probability("quantile", self.quantile)
+        validate.number("theta", self.theta, low=0.0, finite=False, allow_none=True)  # inf: never

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from logging import WARNING
-from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 from flwr.app import Array, ArrayRecord, MetricRecord
 from flwr.common.logger import log
 
 from flower_edge.aggregation import WeightedSum
+from flower_edge.arrays import NDArray
 from flower_edge.errors import ConfigError, FlowerEdgeError, InputError
 from flower_edge.valuation import (
     first_order_contributions,
@@ -30,7 +29,6 @@ from strategies.records import AggregationRecord
 
 __all__ = ["EvaluateFn", "ServerEvaluation", "to_record"]
 
-NDArray = npt.NDArray[Any]
 EvaluateFn = Callable[[int, ArrayRecord], MetricRecord | None]
 
 

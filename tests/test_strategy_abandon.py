@@ -90,10 +90,10 @@ def test_tally_of_wasted_and_saved_samples() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"alpha": 1.5}, r"alpha must be a number in \[0, 1\], got 1.5"),
-        ({"quantile": -0.1}, r"quantile must be a number in \[0, 1\]"),
-        ({"theta": -1.0}, r"theta must be a number >= 0 \(inf allowed\)"),
-        ({"alpha": True}, "alpha must be a number"),
+        ({"alpha": 1.5}, r"alpha must be in \[0, 1\], got 1.5"),
+        ({"quantile": -0.1}, r"quantile must be in \[0, 1\], got -0.1"),
+        ({"theta": -1.0}, r"theta must be >= 0, got -1.0"),
+        ({"alpha": True}, "alpha must be a finite number"),
     ],
 )
 def test_bad_config(kwargs: dict[str, float], match: str) -> None:
