@@ -69,7 +69,6 @@ from strategies.records import (
     Combined,
     EventKind,
     JobEvent,
-    ProfileRecord,
     TrainReply,
     Update,
     parse_reply_for,
@@ -165,7 +164,7 @@ class EventLoop:
                 needed = stop.target is not None or bool(stop.patience)
                 self.evaluation.check_metric_key(metrics, needed=needed)  # before any send
                 self.result.evaluate_metrics_serverapp[0] = metrics
-            self.planner.begin(node_ids, self.nodes)
+            self.planner.plan(node_ids, self.nodes)
             self.abandon.refresh_from(self.nodes.values(), self.evaluation)
         elif (
             self.buffer and self.strategy.aggregation_due(len(self.buffer)) and not self._finished()
@@ -206,9 +205,8 @@ class EventLoop:
     # ================================================================== sending
     def _start_idle_jobs(self) -> None:
         """Send a new job, with the full model, to every node ready for the current version."""
-        nodes = [n for n in self.nodes.values() if not self.planner.holds(n)]
         self.dispatcher.start_jobs(
-            nodes, self.version, self.global_record, self.evaluation.last_values
+            self.nodes.values(), self.version, self.global_record, self.evaluation.last_values
         )
 
     # ================================================================== receiving
@@ -218,8 +216,6 @@ class EventLoop:
         for msg in got:
             self._receive(msg)
         self._expire()
-        if self.planner.check_deadline(self.nodes):
-            self._shares_planned()
         handled = 0
         while not self._finished() and self.queue.processable(
             self.inflight.values(),
@@ -255,13 +251,13 @@ class EventLoop:
         self.dispatcher.observe(sent, reply)  # per-message overhead, for the slice budget
         self.queue.push(self._event_time(sent, reply), REPLY, ReplyEvent(sent, reply, reason))
 
-    def _event_time(self, sent: Sent, reply: TrainReply | ProfileRecord | None) -> float:
+    def _event_time(self, sent: Sent, reply: TrainReply | None) -> float:
         """Return the event time of a reply (arrival, or send + virtual seconds)."""
         if not self.clock.is_virtual:
             return self.clock.now()
-        seconds = reply.virtual_seconds if isinstance(reply, TrainReply) else None
-        if seconds is None:  # a profile takes no virtual time
-            if isinstance(reply, TrainReply) and not self.warned_virtual:
+        seconds = None if reply is None else reply.virtual_seconds
+        if seconds is None:
+            if reply is not None and not self.warned_virtual:
                 self.warned_virtual = True
                 log(
                     WARNING,
@@ -290,7 +286,6 @@ class EventLoop:
             )
             self._event(node.node_id, sent.job_id, "forgotten", self.version)
             self.membership.missed(node, registered)
-            self._profile_answer(node, None, "no reply to its first message")
         self._start_idle_jobs()
 
     def _stalled(self) -> bool:
@@ -351,17 +346,10 @@ class EventLoop:
         node.outstanding = None
         node.misses = 0
         job = node.job
-        if isinstance(event.reply, ProfileRecord) and job is not None:
-            node.job = None  # a profile ends the job it was asked with
-            self._event(node.node_id, job.job_id, "profiled", self.version)
-            self._profile_answer(node, event.reply, "")
-            return
-        drop_in = isinstance(event.reply, TrainReply) and event.reply.drop_in
-        self._profile_answer(node, None, "plain" if drop_in else (event.reason or "no profile"))
         if job is None or job.job_id != sent.job_id:
             self._reject(node, sent.job_id, "reply for a job that is no longer running")
             return
-        if event.reason is not None or not isinstance(event.reply, TrainReply):
+        if event.reason is not None or event.reply is None:
             self._reject(node, job.job_id, event.reason or "unparsable reply")
             return
         reply = event.reply
@@ -373,17 +361,6 @@ class EventLoop:
             self._on_progress(node, job, reply)
         else:
             self._on_finished(node, job, reply, when)
-
-    def _profile_answer(self, node: Node, profile: ProfileRecord | None, reason: str) -> None:
-        """Pass a node's answer to its profile request on to the share planner."""
-        if node.profile_pending:
-            self.planner.answered(node, self.nodes, profile, reason)
-            if self.planner.planned:
-                self._shares_planned()
-
-    def _shares_planned(self) -> None:
-        """Refresh what depends on the initial shares (the abandon rule's R and theta)."""
-        self.abandon.refresh_from(self.nodes.values(), self.evaluation)
 
     def _on_progress(self, node: Node, job: Job, reply: TrainReply) -> None:
         """Answer a slice report with the next slice (and the newest global if newer)."""
@@ -617,7 +594,7 @@ class EventLoop:
                 state.nodes[i].apply_to(self.nodes[i])
         else:
             log(INFO, "%s: the nodes changed since the checkpoint: profiling again", self.name)
-            self.planner.begin(ids, self.nodes)
+            self.planner.plan(ids, self.nodes)
         metrics = self.result.train_metrics_clientapp
         self.abandon.resume(metrics, self.nodes.values(), self.evaluation)
         self._restore_buffer(store)
