@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from logging import DEBUG, getLogger
 from typing import Any, Final, Protocol
 
+from flower_edge import validate
 from flower_edge.profiling.sampler import Counter
 
 __all__ = [
@@ -85,8 +86,7 @@ def window_mean(
     period : float
         Seconds each sample covers, ``> 0``.
     """
-    if not period > 0:
-        raise ValueError(f"period must be > 0 seconds, got {period!r}")
+    validate.number("period (seconds)", period, low=0.0, low_inclusive=False)
     inside = [u for t, u in samples if t - period >= start and t <= stop]
     if inside:
         return _clip(math.fsum(inside) / len(inside))
