@@ -39,3 +39,13 @@ def test_bad_edge_options_are_refused() -> None:
         replace(SCENARIOS["digits-20"], edge_server_lr=-1.0)
     with pytest.raises(ConfigError, match="edge_aggregate must be"):
         replace(SCENARIOS["digits-20"], edge_aggregate="sum")  # type: ignore[arg-type]
+
+
+def test_settings_use_the_strategy_and_decay_validators() -> None:
+    """SimSettings applies EdgeStrategy's own rule: server_lr <= 1 when averaging models."""
+    with pytest.raises(ConfigError, match=r"server_lr must be in \(0, 1\], got 1.5"):
+        SimSettings.create("digits-20", "edge", aggregate="models", server_lr=1.5)
+    ok = SimSettings.create("digits-20", "edge", aggregate="deltas", server_lr=1.5)
+    assert ok.server_lr == 1.5
+    with pytest.raises(ConfigError, match="decay must be one of exponential, polynomial"):
+        SimSettings.create("digits-20", "edge", decay="linear")
