@@ -132,7 +132,8 @@ class AbandonPolicy:
     # ------------------------------------------------------------------ tally
     def offered(self) -> None:
         """Count a message that brings a newer global to a node busy with a stale job."""
-        self.tally.offers += 1
+        if self.enabled:  # with the rule off (theta = inf) there is no decision to offer
+            self.tally.offers += 1
 
     def progress(self, job_id: int, share: int, trained: int, abandoned: bool) -> None:
         """Count a slice report: ``trained`` samples of the (new) job; ``abandoned`` if so."""

@@ -172,6 +172,7 @@ def test_baselines_tell_their_clients_never_to_abandon() -> None:
     assert {cfg[wire.THETA] for _, cfg in grid.sent} == {math.inf}
     last = result.train_metrics_clientapp[max(result.train_metrics_clientapp)]
     assert "abandon-theta" not in last
+    assert last["abandon-offers"] == 0  # no decision is offered when the rule is off
 
 
 def test_auto_compute_share_analyses_the_served_model_once() -> None:
