@@ -134,15 +134,19 @@ def test_edge_strategy_sends_r_and_the_median_theta_and_tallies_abandons() -> No
         threshold=1, clock=virtual(), shares=shares, loop=loop, stop=StopConfig()
     )
     grid, result = _run(strategy)
-    ratio = {node: cfg[wire.MATCH_RATIO] for node, cfg in grid.sent}
+    # once the profiles are in (messages carry m > 0), R = sqrt(m / max m)
+    profiled = [(node, cfg) for node, cfg in grid.sent if cfg[wire.MATCH_RATIO] > 0]
+    ratio = {node: cfg[wire.MATCH_RATIO] for node, cfg in profiled}
     assert len(ratio) == 4
     top = max(ratio.values())
-    r = {node: math.sqrt(m / top) for node, m in ratio.items()}  # R = sqrt(m / max m)
-    for node, cfg in grid.sent:
+    r = {node: math.sqrt(m / top) for node, m in ratio.items()}
+    for node, cfg in profiled:
         assert cfg[wire.RESOURCE] == pytest.approx(r[node])
     # before any values: every V is neutral (0.5), theta = median of 0.5 R + 0.25
     first = float(np.quantile([0.5 * r[n] + 0.25 for n in sorted(r)], 0.5))
-    assert grid.sent[0][1][wire.THETA] == pytest.approx(first)
+    before = [cfg[wire.THETA] for _, cfg in profiled if cfg[wire.VALUES_ROUND] == 0]
+    assert before
+    assert before == pytest.approx([first] * len(before))
     # brute force: after the last aggregation, theta = median of 0.5 R + 0.5 V over the nodes,
     # V = the latest known value, or the mean of the last results for a node never valued
     latest: dict[int, float] = {}
