@@ -80,7 +80,14 @@ def test_all_strategies_write_a_list_and_plots(
     stdout = capsys.readouterr().out
     assert "results and plots in" in stdout
     data = json.loads((out / "results.json").read_text())
-    assert [r["strategy"] for r in data] == ["edge", "fedavg", "fedbuff", "fedasync"]
-    for name in ("accuracy.png", "radar.png", "timeline-edge.png", "timeline-fedavg.png"):
+    assert [r["strategy"] for r in data] == ["edge", "edge-seed", "fedavg", "fedbuff", "fedasync"]
+    pngs = ("accuracy.png", "radar.png", "timeline-edge.png", "timeline-edge-seed.png")
+    for name in (*pngs, "timeline-fedavg.png"):
         assert (out / name).read_bytes()[:4] == b"\x89PNG"
-    assert "fedasync" in (out / "summary.txt").read_text()
+    summary = (out / "summary.txt").read_text()
+    assert "fedasync" in summary
+    # every row says what it is; edge names its departures from the seeds
+    assert all(r["description"].startswith(r["strategy"] + ":") for r in data)
+    assert "departures from the seed" in data[0]["description"]
+    assert "the seeds exactly" in data[1]["description"]
+    assert data[1]["description"] in summary
