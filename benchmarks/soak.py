@@ -84,7 +84,9 @@ def make_client(size: int, seed: int) -> Callable[[Message, Context], Message]:
 
     def app(msg: Message, context: Context) -> Message:
         rng = np.random.default_rng([seed, context.node_id, int(msg.metadata.message_id[3:])])
-        if msg.metadata.message_type == wire.PROFILE_MESSAGE_TYPE:
+        if msg.metadata.message_type == wire.PROFILE_MESSAGE_TYPE or (
+            wire.PROFILE_MODE in msg.content.config_records.get(wire.CONFIG, {})
+        ):
             speed = float(rng.uniform(0.5, 2.0))
             rec = ConfigRecord(
                 {

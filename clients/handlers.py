@@ -96,7 +96,16 @@ class ClientHandlers(NodeRuntime):
         return Message(RecordDict({wire.METRICS: metrics}), reply_to=msg)
 
     def train(self, msg: Message, ctx: Context) -> Message:
-        """Run one slice of a job (edge strategy) or one whole plain job (no job id)."""
+        """Run one slice of a job (edge strategy) or one whole plain job (no job id).
+
+        A train message whose config carries :data:`~flower_edge.wire.PROFILE_MODE` (the
+        server's first message to the node) is answered with the node's profile only, as
+        :meth:`profile` answers ``query.profile``; the server then sends the node its job.
+        """
+        if msg.has_content() and wire.PROFILE_MODE in msg.content.config_records.get(
+            wire.CONFIG, {}
+        ):
+            return self.profile(msg, ctx)
         s = ClientSettings.from_run_config(ctx.run_config, self.task)
         req = parse_train(msg)
         timer = self.timer_fn(ctx) if self.timer_fn is not None else None

@@ -15,8 +15,9 @@ All messages carry at most one :class:`~flwr.app.ArrayRecord` under :data:`ARRAY
     :data:`EVAL_MEMORY`, :data:`EVAL_DISK` (floats >= 0, seed formula 4),
     :data:`LOCAL_SAMPLES` (int, size of the node's local training data) and
     :data:`PROFILE_REPORT` (the full profiling report as a JSON string; never pickle).
-    A node whose ClientApp does not answer the query (an unmodified Flower app) gets
-    equal shares.
+    The edge strategy does not send this query: it asks with the first ``train`` message
+    instead (below), so that an unmodified Flower app never gets a message it cannot handle.
+
 
 ``train`` (server -> client)
     Arrays: the global model, present only when it is newer than what the node has.
@@ -27,6 +28,10 @@ All messages carry at most one :class:`~flwr.app.ArrayRecord` under :data:`ARRAY
     live scores, :func:`flower_edge.decision.derive_theta`),
     :data:`VALUE_NODE_IDS` / :data:`VALUES` (parallel lists) and :data:`VALUES_ROUND`,
     :data:`SEND_TIME` (server clock, seconds; virtual seconds under a virtual clock).
+    The first message to a node also carries :data:`PROFILE_MODE`: a flower-edge client
+    answers it with its profile only (the ``query.profile`` reply, no arrays) and then gets
+    its job; an unmodified Flower app trains on it, and its update counts as usual (the node
+    runs with an equal share).
 
     The client keeps its job in ``context.state`` tagged with the job id. A message whose job
     id differs from the stored one starts a new job from the arrays it carries. A message with

@@ -8,7 +8,7 @@ deterministic tests.
 
 from strategies.base import SemiAsyncStrategy, StrategyOptions
 from strategies.baselines import FedAsync, FedBuff
-from strategies.checkpoint import Checkpoint, CheckpointStore
+from strategies.checkpoint import Checkpoint, CheckpointStore, checkpoint_options
 from strategies.clock import Clock, ManualClock, VirtualClock, WallClock
 from strategies.config import (
     AbandonConfig,
@@ -54,6 +54,7 @@ __all__ = [
     "ValuationConfig",
     "VirtualClock",
     "WallClock",
+    "checkpoint_options",
     "parse_profile_reply",
     "parse_train_reply",
 ]

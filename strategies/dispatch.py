@@ -23,7 +23,7 @@ from strategies.clock import Clock
 from strategies.config import LoopConfig
 from strategies.events import DEADLINE, DeadlineEvent, EventQueue, Sent
 from strategies.membership import Job, Node
-from strategies.records import EventKind, TrainReply
+from strategies.records import EventKind, ProfileRecord, TrainReply
 from strategies.slices import SliceBudget
 
 __all__ = ["JOB_EPOCH", "Dispatcher", "Recorder", "Values"]
@@ -55,6 +55,9 @@ class Dispatcher:
         Extra config of every train message.
     sends_values : bool
         Whether messages carry the latest values.
+    profile_mode : str (default: "quick")
+        Sent as :data:`wire.PROFILE_MODE` with a node's first message while its profile is
+        requested (:attr:`Node.profile_pending`).
     abandon : AbandonPolicy
         ``R`` and theta for each message (:mod:`strategies.abandon`); counts preemption
         points offered.
@@ -74,6 +77,7 @@ class Dispatcher:
         train_config: ConfigRecord,
         *,
         sends_values: bool,
+        profile_mode: str = "quick",
         abandon: AbandonPolicy,
         record: Recorder,
         name: str,
@@ -85,6 +89,7 @@ class Dispatcher:
         self.timeout = timeout
         self.train_config = train_config
         self.sends_values = sends_values
+        self.profile_mode = profile_mode
         self.abandon = abandon
         self.slices = SliceBudget(loop, virtual=clock.is_virtual)
         self.record = record
@@ -140,6 +145,9 @@ class Dispatcher:
             cfg[wire.SAMPLE_SHARE] = job.share
         cfg[wire.SLICE_BUDGET] = self.slices.current()
         cfg[wire.MATCH_RATIO] = float(node.ratio)
+        if node.profile_pending and arrays is not None:
+            # flower-edge clients answer with their profile only; plain apps just train
+            cfg[wire.PROFILE_MODE] = self.profile_mode
         for key, value in self.abandon.fields(node.node_id).items():
             cfg[key] = value
         cfg[wire.SEND_TIME] = float(self.clock.now())
@@ -155,9 +163,9 @@ class Dispatcher:
             content, node.node_id, MessageType.TRAIN, ttl=self.timeout, group_id=str(version + 1)
         )
 
-    def observe(self, sent: Sent, reply: TrainReply | None) -> None:
+    def observe(self, sent: Sent, reply: TrainReply | ProfileRecord | None) -> None:
         """Feed a pulled reply's round trip and training seconds to the slice budget."""
-        if reply is not None:
+        if isinstance(reply, TrainReply):
             round_trip = self.clock.real_now() - sent.real_send
             self.slices.observe(
                 sent.job_id, round_trip, reply.train_seconds, restarted=reply.abandoned

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from strategies.records import TrainReply
+from strategies.records import ProfileRecord, TrainReply
 
 __all__ = ["DEADLINE", "REPLY", "DeadlineEvent", "Event", "EventQueue", "ReplyEvent", "Sent"]
 
@@ -58,10 +58,14 @@ class Sent:
 
 @dataclass(frozen=True)
 class ReplyEvent:
-    """A reply pulled from the grid, parsed (``reply``) or rejected (``reason``)."""
+    """A reply pulled from the grid: parsed (``reply``) or rejected (``reason``).
+
+    ``reply`` is an update or a slice report (:class:`TrainReply`), or a profile
+    (:class:`ProfileRecord`) when the message asked for one.
+    """
 
     sent: Sent
-    reply: TrainReply | None
+    reply: TrainReply | ProfileRecord | None
     reason: str | None
 
 

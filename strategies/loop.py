@@ -43,7 +43,7 @@ from logging import INFO, WARNING
 from typing import TYPE_CHECKING
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, Message
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
@@ -54,10 +54,7 @@ from flower_edge.arrays import NDArray
 from strategies.abandon import AbandonPolicy
 from strategies.checkpoint import (
     CheckpointStore,
-    NodeState,
-    RunState,
     buffer_entry,
-    buffered_updates,
 )
 from strategies.convergence import ConvergenceStop
 from strategies.dispatch import Dispatcher
@@ -69,11 +66,13 @@ from strategies.records import (
     Combined,
     EventKind,
     JobEvent,
+    ProfileRecord,
     TrainReply,
     Update,
     parse_reply_for,
     train_metrics,
 )
+from strategies.resume import resume_from_checkpoint, save_checkpoint
 from strategies.shares import SharePlanner
 
 if TYPE_CHECKING:
@@ -156,7 +155,7 @@ class EventLoop:
         """Run until a stop rule applies; return Flower's Result."""
         self.start_time = self.clock.now()  # times in the history count from here
         node_ids = self._register()
-        resumed = self._resume(node_ids)
+        resumed = resume_from_checkpoint(self, node_ids)
         if not resumed:
             metrics = self.evaluation.evaluate(0, self.global_arrays)
             if metrics is not None:
@@ -164,7 +163,7 @@ class EventLoop:
                 needed = stop.target is not None or bool(stop.patience)
                 self.evaluation.check_metric_key(metrics, needed=needed)  # before any send
                 self.result.evaluate_metrics_serverapp[0] = metrics
-            self.planner.plan(node_ids, self.nodes)
+            self.planner.begin(node_ids, self.nodes)
             self.abandon.refresh_from(self.nodes.values(), self.evaluation)
         elif (
             self.buffer and self.strategy.aggregation_due(len(self.buffer)) and not self._finished()
@@ -181,11 +180,11 @@ class EventLoop:
                 self._wait()
         log(
             INFO,
-            "%s finished after %d aggregations (%s) at clock %.3f",
+            "%s finished after %d aggregations (%s), %.3f s after the start",
             self.name,
             self.version,
             self.stopper.reason or "round budget",
-            self.clock.now(),
+            self.clock.now() - self.start_time,
         )
         self.result.arrays = to_record(self.keys, self.global_arrays)
         return self.result
@@ -205,8 +204,9 @@ class EventLoop:
     # ================================================================== sending
     def _start_idle_jobs(self) -> None:
         """Send a new job, with the full model, to every node ready for the current version."""
+        nodes = [n for n in self.nodes.values() if not self.planner.holds(n)]
         self.dispatcher.start_jobs(
-            self.nodes.values(), self.version, self.global_record, self.evaluation.last_values
+            nodes, self.version, self.global_record, self.evaluation.last_values
         )
 
     # ================================================================== receiving
@@ -216,6 +216,8 @@ class EventLoop:
         for msg in got:
             self._receive(msg)
         self._expire()
+        if self.planner.check_deadline(self.nodes):
+            self._shares_planned()
         handled = 0
         while not self._finished() and self.queue.processable(
             self.inflight.values(),
@@ -251,13 +253,13 @@ class EventLoop:
         self.dispatcher.observe(sent, reply)  # per-message overhead, for the slice budget
         self.queue.push(self._event_time(sent, reply), REPLY, ReplyEvent(sent, reply, reason))
 
-    def _event_time(self, sent: Sent, reply: TrainReply | None) -> float:
+    def _event_time(self, sent: Sent, reply: TrainReply | ProfileRecord | None) -> float:
         """Return the event time of a reply (arrival, or send + virtual seconds)."""
         if not self.clock.is_virtual:
             return self.clock.now()
-        seconds = None if reply is None else reply.virtual_seconds
-        if seconds is None:
-            if reply is not None and not self.warned_virtual:
+        seconds = reply.virtual_seconds if isinstance(reply, TrainReply) else None
+        if seconds is None:  # a profile takes no virtual time
+            if isinstance(reply, TrainReply) and not self.warned_virtual:
                 self.warned_virtual = True
                 log(
                     WARNING,
@@ -286,6 +288,7 @@ class EventLoop:
             )
             self._event(node.node_id, sent.job_id, "forgotten", self.version)
             self.membership.missed(node, registered)
+            self._profile_answer(node, None, "no reply to its first message")
         self._start_idle_jobs()
 
     def _stalled(self) -> bool:
@@ -346,10 +349,17 @@ class EventLoop:
         node.outstanding = None
         node.misses = 0
         job = node.job
+        if isinstance(event.reply, ProfileRecord) and job is not None:
+            node.job = None  # a profile ends the job it was asked with
+            self._event(node.node_id, job.job_id, "profiled", self.version)
+            self._profile_answer(node, event.reply, "")
+            return
+        drop_in = isinstance(event.reply, TrainReply) and event.reply.drop_in
+        self._profile_answer(node, None, "plain" if drop_in else (event.reason or "no profile"))
         if job is None or job.job_id != sent.job_id:
             self._reject(node, sent.job_id, "reply for a job that is no longer running")
             return
-        if event.reason is not None or event.reply is None:
+        if event.reason is not None or not isinstance(event.reply, TrainReply):
             self._reject(node, job.job_id, event.reason or "unparsable reply")
             return
         reply = event.reply
@@ -361,6 +371,17 @@ class EventLoop:
             self._on_progress(node, job, reply)
         else:
             self._on_finished(node, job, reply, when)
+
+    def _profile_answer(self, node: Node, profile: ProfileRecord | None, reason: str) -> None:
+        """Pass a node's answer to its profile request on to the share planner."""
+        if node.profile_pending:
+            self.planner.answered(node, self.nodes, profile, reason)
+            if self.planner.planned:
+                self._shares_planned()
+
+    def _shares_planned(self) -> None:
+        """Refresh what depends on the initial shares (the abandon rule's R and theta)."""
+        self.abandon.refresh_from(self.nodes.values(), self.evaluation)
 
     def _on_progress(self, node: Node, job: Job, reply: TrainReply) -> None:
         """Answer a slice report with the next slice (and the newest global if newer)."""
@@ -490,7 +511,7 @@ class EventLoop:
         )
         self.planner.rebalance(self.nodes.values())
         self.stopper.observe(metric)
-        self._checkpoint(record)
+        save_checkpoint(self, record)
 
     def _note_abandon(self, node: Node, job: Job, reply: TrainReply, base: int) -> None:
         """Count a reply's slice in the abandon tally; record the abandon if it is one."""
@@ -524,87 +545,3 @@ class EventLoop:
                 self.clock.now() - self.start_time, node_id, job_id, kind, version, samples, detail
             )
         )
-
-    # ================================================================== checkpoints
-    def _checkpoint(self, record: AggregationRecord) -> None:
-        """Write the audit lines of ``record``, then the run state and the (empty) buffer."""
-        if self.store is None:
-            return
-        now = self.clock.now()
-        rnd, ids, vals = self.evaluation.last_values
-        state = RunState(
-            strategy=self.name,
-            version=self.version,
-            clock=now,
-            elapsed=now - self.start_time,
-            jobs=self.dispatcher.last_job_id(),
-            best=self.stopper.best,
-            since_best=self.stopper.since_best,
-            abandoned_total=self.abandoned_total,
-            values=dict(self.evaluation.values),
-            last_values=(rnd, tuple(ids), tuple(vals)),
-            nodes={n.node_id: NodeState.of(n) for n in self.nodes.values()},
-            history=tuple(self.strategy.history),
-            train_metrics={r: dict(m) for r, m in self.result.train_metrics_clientapp.items()},
-            evaluate_metrics={
-                r: dict(m) for r, m in self.result.evaluate_metrics_serverapp.items()
-            },
-        )
-        entries = [buffer_entry(u, self.start_time) for u in self.buffer]
-        self.store.save_run(record, self.keys, self.global_arrays, state, entries)
-
-    def _restore_buffer(self, store: CheckpointStore) -> None:
-        """Put the updates accepted but not aggregated before the kill back into the buffer."""
-        base = self.version if self.strategy.needs_bases else None
-        restored = buffered_updates(store, self.global_arrays, self.start_time, base, self.name)
-        for update in restored:
-            self.buffer.append(update)
-            if update.node_id in self.nodes:
-                node = self.nodes[update.node_id]
-                node.last_base = max(node.last_base, update.base_version)
-
-    def _resume(self, ids: list[int]) -> bool:
-        """Continue from the checkpoint if asked to and there is one; return whether it did."""
-        store = self.store
-        if store is None or not self.strategy.resume or not store.exists():
-            return False
-        state, arrays = store.load_run(self.keys)
-        self.version = state.version
-        self.global_arrays = list(arrays)
-        self.global_record = to_record(self.keys, self.global_arrays)
-        self.versions = {self.version: self.global_arrays}
-        self.clock.advance_to(state.clock)
-        self.start_time = self.clock.now() - state.elapsed  # wall clocks restart
-        self.dispatcher.resume_after(state.jobs)
-        self.stopper.best = state.best
-        self.stopper.since_best = state.since_best
-        self.abandoned_total = state.abandoned_total
-        self.evaluation.values = dict(state.values)
-        rnd, vids, vals = state.last_values
-        self.evaluation.last_values = (rnd, list(vids), list(vals))
-        self.strategy.history[:] = list(state.history)
-        self.result.train_metrics_clientapp = {
-            r: MetricRecord(dict(m)) for r, m in state.train_metrics.items()
-        }
-        self.result.evaluate_metrics_serverapp = {
-            r: MetricRecord(dict(m)) for r, m in state.evaluate_metrics.items()
-        }
-        if set(ids) <= set(state.nodes):
-            for i in ids:
-                state.nodes[i].apply_to(self.nodes[i])
-        else:
-            log(INFO, "%s: the nodes changed since the checkpoint: profiling again", self.name)
-            self.planner.plan(ids, self.nodes)
-        metrics = self.result.train_metrics_clientapp
-        self.abandon.resume(metrics, self.nodes.values(), self.evaluation)
-        self._restore_buffer(store)
-        log(
-            INFO,
-            "%s: resumed from %s at round %d (clock %.3f); job ids from %d",
-            self.name,
-            store.directory,
-            self.version,
-            self.clock.now(),
-            self.dispatcher.last_job_id() + 1,
-        )
-        return True

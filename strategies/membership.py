@@ -96,6 +96,8 @@ class Node:
         Forgotten messages in a row.
     observations : list[tuple[float, float]]
         Recent ``(share, seconds)`` pairs of whole jobs, for its time model.
+    profile_pending : bool
+        Its next (first) train message asks for its profile, or that request is unanswered.
     """
 
     node_id: int
@@ -110,6 +112,7 @@ class Node:
     registered: bool = True
     misses: int = 0
     observations: list[tuple[float, float]] = field(default_factory=list)
+    profile_pending: bool = False
 
     def ready(self, version: int) -> bool:
         """Return whether the node may get a new job for global ``version``."""
@@ -204,7 +207,10 @@ class Membership:
         typical = shares[len(shares) // 2] if shares else 0
         for node_id in sorted(registered - set(self.nodes)):
             self.nodes[node_id] = Node(node_id, share=typical)
-            log(INFO, "%s: node %s joined: share %d (the median)", self.name, node_id, typical)
+            if typical:
+                log(INFO, "%s: node %s joined: share %d (the median)", self.name, node_id, typical)
+            else:
+                log(INFO, "%s: node %s joined (its own default share)", self.name, node_id)
         for node in self.nodes.values():
             now = node.node_id in registered
             if now and not node.registered:

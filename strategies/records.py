@@ -29,6 +29,7 @@ __all__ = [
     "TrainReply",
     "Update",
     "arrays_from_record",
+    "is_profile_reply",
     "parse_profile_reply",
     "parse_reply_for",
     "parse_train_reply",
@@ -37,7 +38,15 @@ __all__ = [
 
 NDArray = npt.NDArray[Any]
 EventKind = Literal[
-    "sent", "progress", "abandoned", "finished", "late", "rejected", "forgotten", "refused"
+    "sent",
+    "progress",
+    "abandoned",
+    "finished",
+    "late",
+    "rejected",
+    "forgotten",
+    "refused",
+    "profiled",
 ]
 
 
@@ -431,14 +440,26 @@ class Combined:
     total: WeightedSum | None = None
 
 
+def is_profile_reply(msg: Message) -> bool:
+    """Return whether ``msg`` is a profile-only reply (a ConfigRecord :data:`wire.PROFILE`)."""
+    return (
+        msg.has_content()
+        and wire.PROFILE in msg.content.config_records
+        and not msg.content.array_records
+    )
+
+
 def parse_reply_for(
     msg: Message, node_id: int, keys: Sequence[str], *, virtual: bool
-) -> tuple[TrainReply | None, str | None]:
+) -> tuple[TrainReply | ProfileRecord | None, str | None]:
     """Parse a reply to a train message sent to ``node_id``: ``(reply, None)`` or ``(None, why)``.
 
-    Flower's own errors (node unavailable, message expired) come from the SuperLink (node 1),
-    not from the node the message was for: their reason is reported as Flower gave it. Under
-    a virtual clock a progress report must take virtual time (or the clock never moves on).
+    The reply is a :class:`TrainReply`, or a :class:`ProfileRecord` when the message asked for
+    the node's profile (:data:`wire.PROFILE_MODE` in its config) and the client answered with
+    its profile only. Flower's own errors (node unavailable, message expired) come from the
+    SuperLink (node 1), not from the node the message was for: their reason is reported as
+    Flower gave it. Under a virtual clock a progress report must take virtual time (or the
+    clock never moves on).
     """
     if msg.has_error():
         error = msg.error
@@ -447,6 +468,11 @@ def parse_reply_for(
     if src != node_id:
         return None, f"reply from node {src} to a message for node {node_id}"
     try:
+        if is_profile_reply(msg):
+            try:
+                return parse_profile_reply(msg), None
+            except InputError as exc:
+                return None, f"bad profile reply: {exc}"
         reply = parse_train_reply(msg, keys)
     except InputError as exc:
         return None, str(exc)

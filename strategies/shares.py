@@ -15,18 +15,16 @@ from collections.abc import Iterable
 from logging import INFO, WARNING
 
 import numpy as np
-from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from flower_edge import wire
 from flower_edge.allocation import TimeModel, fit_time_model, initial_shares, rebalance
 from flower_edge.errors import ConfigError, InputError
 from flower_edge.radar import match_ratios
 from strategies.clock import Clock
 from strategies.config import ShareConfig
 from strategies.membership import Node
-from strategies.records import ProfileRecord, parse_profile_reply
+from strategies.records import ProfileRecord
 
 __all__ = ["MAX_OBSERVATIONS", "SharePlanner"]
 
@@ -61,6 +59,12 @@ class SharePlanner:
         self.poll_interval = poll_interval
         self.name = name
         self.resolved_share: float | None = None  # p_c once "auto" is resolved
+        # the profile round (see begin): nothing to plan until it starts
+        self.ids: list[int] = []
+        self.profiles: dict[int, ProfileRecord] = {}
+        self.pending: set[int] = set()
+        self.deadline = math.inf
+        self.planned = True
 
     def check_node_count(self, count: int) -> None:
         """Raise ConfigError if the share cap cannot let ``count`` nodes cover the total."""
@@ -91,57 +95,72 @@ class SharePlanner:
                 log(INFO, "%s: p_c = %.3f from the served model", self.name, self.resolved_share)
         return self.resolved_share
 
-    def plan(self, ids: list[int], nodes: dict[int, Node]) -> None:
-        """Profile the nodes ``ids`` (if enabled) and set their initial shares."""
-        profiles: dict[int, ProfileRecord] = {}
-        if self.config.profile:
-            profiles = self.query_profiles(ids)
-        self.assign_initial(ids, profiles, nodes)
+    def begin(self, ids: list[int], nodes: dict[int, Node]) -> None:
+        """Start planning the shares of ``ids``: ask their profiles, or split equally now.
 
-    def query_profiles(self, ids: list[int]) -> dict[int, ProfileRecord]:
-        """Send the profile query to ``ids``; return the valid replies within the timeout."""
-        cfg = ConfigRecord({wire.PROFILE_MODE: self.config.profile_mode})
-        msgs = [
-            Message(
-                RecordDict({wire.CONFIG: cfg}),
-                n,
-                wire.PROFILE_MESSAGE_TYPE,
-                ttl=self.config.profile_timeout or None,
+        With ``profile`` on, each node's first train message asks for its profile
+        (:data:`wire.PROFILE_MODE` in its config, :attr:`Node.profile_pending`): a flower-edge
+        client answers with its profile only, a plain Flower ClientApp trains and its update
+        counts as usual. The shares are planned once every node has answered (or after
+        ``profile_timeout`` real seconds; :meth:`check_deadline`).
+        """
+        self.ids = list(ids)
+        self.profiles = {}
+        self.pending = set(ids) if self.config.profile else set()
+        self.deadline = self.clock.real_now() + self.config.profile_timeout
+        for node_id in self.pending:
+            nodes[node_id].profile_pending = True
+        self.planned = False
+        if not self.pending:
+            self.finish(nodes)
+
+    def holds(self, node: Node) -> bool:
+        """Return whether ``node`` waits for the plan (it answered with its profile)."""
+        return not self.planned and node.node_id in self.profiles
+
+    def answered(
+        self, node: Node, nodes: dict[int, Node], profile: ProfileRecord | None, reason: str
+    ) -> None:
+        """Take ``node``'s answer to its profile request (``None``: no profile, ``reason``)."""
+        if not node.profile_pending:
+            return
+        node.profile_pending = False
+        self.pending.discard(node.node_id)
+        if profile is not None:
+            self.profiles[node.node_id] = profile
+        elif reason == "plain":
+            log(
+                INFO,
+                "%s: node %s runs with equal shares: no flower-edge profile",
+                self.name,
+                node.node_id,
             )
-            for n in ids
-        ]
-        pushed = set(self.grid.push_messages(msgs))
-        pending = {
-            m.metadata.message_id: m.metadata.dst_node_id
-            for m in msgs
-            if m.metadata.message_id in pushed
-        }
-        out: dict[int, ProfileRecord] = {}
-        deadline = self.clock.real_now() + self.config.profile_timeout
-        while pending:
-            for reply in self.grid.pull_messages(list(pending)):
-                node = pending.pop(reply.metadata.reply_to_message_id, None)
-                if node is None:
-                    continue
-                try:
-                    record = parse_profile_reply(reply)
-                    if record.node_id != node:
-                        raise InputError(f"profile reply claims node {record.node_id}")
-                    out[node] = record
-                except InputError as exc:
-                    log(
-                        WARNING,
-                        "%s: node %s gets an equal share: bad profile reply: %s",
-                        self.name,
-                        node,
-                        exc,
-                    )
-            if not pending or self.clock.real_now() >= deadline:
-                break
-            self.clock.sleep(min(self.poll_interval, deadline - self.clock.real_now()))
-        for node in sorted(pending.values()):
-            log(WARNING, "%s: node %s gets an equal share: no profile reply", self.name, node)
-        return out
+        else:
+            log(WARNING, "%s: node %s gets an equal share: %s", self.name, node.node_id, reason)
+        if not self.pending and not self.planned:
+            self.finish(nodes)
+
+    def check_deadline(self, nodes: dict[int, Node]) -> bool:
+        """Plan without the nodes that did not answer in ``profile_timeout``; return if it did."""
+        if self.planned or self.clock.real_now() < self.deadline:
+            return False
+        for node_id in sorted(self.pending):
+            log(
+                INFO,
+                "%s: node %s sent no profile within %s s: it runs with an equal share",
+                self.name,
+                node_id,
+                self.config.profile_timeout,
+            )
+            nodes[node_id].profile_pending = False
+        self.pending.clear()
+        self.finish(nodes)
+        return True
+
+    def finish(self, nodes: dict[int, Node]) -> None:
+        """Assign the initial shares from the profiles received."""
+        self.planned = True
+        self.assign_initial(self.ids, self.profiles, nodes)
 
     def assign_initial(
         self, ids: list[int], profiles: dict[int, ProfileRecord], nodes: dict[int, Node]
@@ -186,13 +205,16 @@ class SharePlanner:
             node.share = shares[i]
             node.ratio = ratios_by_node.get(i, 0.0)
             node.profiled = i in ratios_by_node
-        log(
-            INFO,
-            "%s: total %d samples per round; shares %s",
-            self.name,
-            total,
-            {i: shares[i] for i in ids},
-        )
+        if total:
+            log(
+                INFO,
+                "%s: total %d samples per round; shares %s",
+                self.name,
+                total,
+                {i: shares[i] for i in ids},
+            )
+        else:
+            log(INFO, "%s: no sample counts known: every node trains its own default", self.name)
 
     def log_capped(self, ids: list[int], ratios: list[float], total: int, cap: int | None) -> None:
         """Warn about each node whose profile claims more than the cap."""

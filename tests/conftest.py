@@ -48,6 +48,13 @@ from strategies import EdgeStrategy, InProcessGrid, ManualClock, ShareConfig, Vi
 KEYS = ("w", "steps")
 
 
+def asks_profile(msg: Message) -> bool:
+    """Return whether ``msg`` asks for the node's profile (query, or first train message)."""
+    if msg.metadata.message_type == wire.PROFILE_MESSAGE_TYPE:
+        return True
+    return wire.PROFILE_MODE in msg.content.config_records.get(wire.CONFIG, {})
+
+
 def model(w: float | list[float] = 0.0, steps: int = 0) -> ArrayRecord:
     vec = np.asarray(w if isinstance(w, list) else [w, w, w], dtype=np.float32)
     return ArrayRecord({"w": Array(vec), "steps": Array(np.array([steps], dtype=np.int64))})
@@ -76,7 +83,7 @@ class ToyEdge:
 
     def __call__(self, msg: Message, ctx: Context) -> Message:
         pid = int(ctx.node_config[wire.PARTITION_ID])
-        if msg.metadata.message_type == wire.PROFILE_MESSAGE_TYPE:
+        if asks_profile(msg):
             return self.profile(msg, pid)
         return self.train(msg, ctx, pid)
 

@@ -95,7 +95,9 @@ def edge_app(
     """
 
     def app(msg: Message, context: Context) -> Message:
-        if msg.metadata.message_type == wire.PROFILE_MESSAGE_TYPE:
+        if msg.metadata.message_type == wire.PROFILE_MESSAGE_TYPE or (
+            wire.PROFILE_MODE in msg.content.config_records.get(wire.CONFIG, {})
+        ):
             return _profile_reply(msg, profile, local_samples)
         cfg = train_config(msg)
         record = msg.content[wire.ARRAYS]

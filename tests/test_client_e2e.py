@@ -78,18 +78,20 @@ def test_edge_strategy_trains_the_client_app_to_a_better_model() -> None:
         probe_fn=lambda ctx: Probe(SPEEDS[_pid(ctx)]),
     )
     shares: dict[int, int] = {}  # job id -> share sent
+    first_share: dict[int, int] = {}  # partition -> share of its first job
     done: list[tuple[int, int, int]] = []  # (partition, job id, samples processed)
     profiled: list[int] = []
 
     def app(msg: Message, ctx: Context) -> Message:
         reply = inner(msg, ctx)
         assert not reply.has_error(), reply.error
-        if msg.metadata.message_type == wire.PROFILE_MESSAGE_TYPE:
+        if wire.PROFILE in reply.content.config_records:  # profile query or first message
             profiled.append(_pid(ctx))
             return reply
         cfg = msg.content[wire.CONFIG]
         if wire.SAMPLE_SHARE in cfg:
             shares[int(cfg[wire.JOB_ID])] = int(cfg[wire.SAMPLE_SHARE])
+            first_share.setdefault(_pid(ctx), int(cfg[wire.SAMPLE_SHARE]))
         m = reply.content[wire.METRICS]
         if m[wire.DONE] == 1:
             done.append((_pid(ctx), int(m[wire.JOB_ID]), int(m[wire.SAMPLES_PROCESSED])))
@@ -116,7 +118,6 @@ def test_edge_strategy_trains_the_client_app_to_a_better_model() -> None:
     assert final > accuracy(initial) + 0.3, final
     assert sorted(profiled) == [0, 1, 2, 3]
     # faster devices were given larger shares, and every finished job processed its share
-    first_share = {pid: shares[job] for pid, job, _ in reversed(done) if job in shares}
     assert first_share[3] > first_share[0]
     assert done
     for _, job, samples in done:

@@ -207,3 +207,66 @@ def test_time_model_observations_stay_bounded(tmp_path: Path) -> None:
     kept = [len(node["observations"]) for node in state["nodes"].values()]
     assert len(kept) == 4
     assert max(kept) == MAX_OBSERVATIONS
+
+
+def test_checkpoint_options_read_the_run_config_or_the_environment(tmp_path: Path) -> None:
+    from strategies import checkpoint_options
+
+    assert checkpoint_options({}, {}) == {}
+    folder = str(tmp_path / "ckpt")
+    assert checkpoint_options({}, {"FLOWER_EDGE_CHECKPOINT_DIR": folder}) == {
+        "checkpoint_dir": folder,
+        "resume": True,
+    }
+    run_config = {"flower-edge-checkpoint-dir": folder, "flower-edge-resume": False}
+    assert checkpoint_options(run_config, {"FLOWER_EDGE_CHECKPOINT_DIR": "other"}) == {
+        "checkpoint_dir": folder,
+        "resume": False,
+    }
+    env = {"FLOWER_EDGE_CHECKPOINT_DIR": folder, "FLOWER_EDGE_RESUME": "0"}
+    assert checkpoint_options({}, env)["resume"] is False
+    with pytest.raises(ConfigError, match="flower-edge-resume must be true or false, got 'maybe'"):
+        checkpoint_options(
+            {}, {"FLOWER_EDGE_CHECKPOINT_DIR": folder, "FLOWER_EDGE_RESUME": "maybe"}
+        )
+    with pytest.raises(ConfigError, match="flower-edge-checkpoint-dir must be a non-empty folder"):
+        checkpoint_options({"flower-edge-checkpoint-dir": " "}, {})
+
+
+def test_the_two_line_change_checkpoints_and_a_restart_resumes(tmp_path: Path) -> None:
+    from strategies import checkpoint_options
+
+    env = {"FLOWER_EDGE_CHECKPOINT_DIR": str(tmp_path)}
+
+    def run(rounds: int) -> EdgeStrategy:
+        grid = InProcessGrid(ToyEdge(speeds=[10.0, 20.0, 40.0, 80.0]), 4)
+        strategy = EdgeStrategy(
+            threshold=3,
+            clock=VirtualClock(wall=ManualClock()),
+            shares=SHARES,
+            **checkpoint_options({}, env),
+        )
+        strategy.start(grid, model(0.0), num_rounds=rounds, evaluate_fn=accuracy_fn())
+        return strategy
+
+    full = run(4)
+    assert (tmp_path / STATE_FILE).is_file()
+    rerun = run(6)  # the "restarted" ServerApp continues at round 5
+    assert [h.round for h in rerun.history] == [1, 2, 3, 4, 5, 6]
+    assert [h.to_json() for h in rerun.history[:4]] == [h.to_json() for h in full.history]
+
+
+def test_the_final_line_gives_seconds_since_the_start() -> None:
+    from conftest import flwr_logs
+
+    clock = VirtualClock(wall=ManualClock())
+    clock.advance_to(4000.0)  # a clock that does not start at 0
+    grid = InProcessGrid(ToyEdge(speeds=[10.0, 20.0, 40.0, 80.0]), 4)
+    strategy = EdgeStrategy(threshold=3, clock=clock, shares=SHARES)
+    with flwr_logs() as caplog:
+        strategy.start(grid, model(0.0), num_rounds=1)
+    # K = 3 of 4 nodes: the slowest job (100 samples at 10/s + 0.5 s) closes round 1
+    assert "edge finished after 1 aggregations (round budget), 10.500 s after the start" in (
+        caplog.text
+    )
+    assert "at clock" not in caplog.text

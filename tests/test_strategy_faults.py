@@ -268,7 +268,10 @@ def test_a_late_update_is_counted_exactly_once_with_its_decayed_weight() -> None
     toy = ToyEdge()  # durations 10.5, 5.5, 3.0, 1.75 s
     grid = InProcessGrid(toy, 4)
     strategy = EdgeStrategy(
-        threshold=2, clock=virtual(), shares=EQUAL, loop=LoopConfig(deadline=6.0)
+        threshold=2,
+        clock=virtual(),
+        shares=EQUAL,
+        loop=LoopConfig(deadline=6.0, slice_budget=0.0),  # whole jobs: 1001 misses it
     )
     strategy.start(grid, model(0.0), num_rounds=4, evaluate_fn=accuracy_fn())
     late = [e for e in strategy.events if e.kind == "late"]
@@ -295,7 +298,7 @@ def test_late_updates_are_rejected_when_accept_late_is_off() -> None:
         threshold=2,
         clock=virtual(),
         shares=EQUAL,
-        loop=LoopConfig(deadline=6.0, accept_late=False),
+        loop=LoopConfig(deadline=6.0, accept_late=False, slice_budget=0.0),
     )
     strategy.start(grid, model(0.0), num_rounds=3)
     assert not [n for h in strategy.history for n in h.participants if n == 1001]
@@ -327,7 +330,7 @@ def test_wall_clock_orders_by_arrival_and_deadlines_fire_on_the_clock() -> None:
         threshold=2,
         clock=clock,
         shares=EQUAL,
-        loop=LoopConfig(deadline=5.0, poll_interval=0.25),
+        loop=LoopConfig(deadline=5.0, poll_interval=0.25, slice_budget=0.0),
     )
     strategy.start(grid, model(0.0), num_rounds=2)
     first = strategy.history[0]

@@ -1,0 +1,114 @@
+"""Saving an event loop's state after each aggregation, and resuming a run from it.
+
+:func:`save_checkpoint` writes the audit lines of an aggregation, then a typed
+:class:`~strategies.checkpoint.RunState` with the global model, then the (now empty) buffer;
+:func:`resume_from_checkpoint` puts all of it back into a fresh
+:class:`~strategies.loop.EventLoop`, with the updates accepted but not yet aggregated.
+"""
+
+from __future__ import annotations
+
+from logging import INFO
+from typing import TYPE_CHECKING
+
+from flwr.app import MetricRecord
+from flwr.common.logger import log
+
+from strategies.checkpoint import (
+    CheckpointStore,
+    NodeState,
+    RunState,
+    buffer_entry,
+    buffered_updates,
+)
+from strategies.evaluation import to_record
+from strategies.records import AggregationRecord
+
+if TYPE_CHECKING:
+    from strategies.loop import EventLoop
+
+__all__ = ["resume_from_checkpoint", "save_checkpoint"]
+
+
+def save_checkpoint(loop: EventLoop, record: AggregationRecord) -> None:
+    """Write the audit lines of ``record``, then the run state and the (empty) buffer."""
+    if loop.store is None:
+        return
+    now = loop.clock.now()
+    rnd, ids, vals = loop.evaluation.last_values
+    state = RunState(
+        strategy=loop.name,
+        version=loop.version,
+        clock=now,
+        elapsed=now - loop.start_time,
+        jobs=loop.dispatcher.last_job_id(),
+        best=loop.stopper.best,
+        since_best=loop.stopper.since_best,
+        abandoned_total=loop.abandoned_total,
+        values=dict(loop.evaluation.values),
+        last_values=(rnd, tuple(ids), tuple(vals)),
+        nodes={n.node_id: NodeState.of(n) for n in loop.nodes.values()},
+        history=tuple(loop.strategy.history),
+        train_metrics={r: dict(m) for r, m in loop.result.train_metrics_clientapp.items()},
+        evaluate_metrics={r: dict(m) for r, m in loop.result.evaluate_metrics_serverapp.items()},
+    )
+    entries = [buffer_entry(u, loop.start_time) for u in loop.buffer]
+    loop.store.save_run(record, loop.keys, loop.global_arrays, state, entries)
+
+
+def _restore_buffer(loop: EventLoop, store: CheckpointStore) -> None:
+    """Put the updates accepted but not aggregated before the kill back into the buffer."""
+    base = loop.version if loop.strategy.needs_bases else None
+    restored = buffered_updates(store, loop.global_arrays, loop.start_time, base, loop.name)
+    for update in restored:
+        loop.buffer.append(update)
+        if update.node_id in loop.nodes:
+            node = loop.nodes[update.node_id]
+            node.last_base = max(node.last_base, update.base_version)
+
+
+def resume_from_checkpoint(loop: EventLoop, ids: list[int]) -> bool:
+    """Continue from the checkpoint if asked to and there is one; return whether it did."""
+    store = loop.store
+    if store is None or not loop.strategy.resume or not store.exists():
+        return False
+    state, arrays = store.load_run(loop.keys)
+    loop.version = state.version
+    loop.global_arrays = list(arrays)
+    loop.global_record = to_record(loop.keys, loop.global_arrays)
+    loop.versions = {loop.version: loop.global_arrays}
+    loop.clock.advance_to(state.clock)
+    loop.start_time = loop.clock.now() - state.elapsed  # wall clocks restart
+    loop.dispatcher.resume_after(state.jobs)
+    loop.stopper.best = state.best
+    loop.stopper.since_best = state.since_best
+    loop.abandoned_total = state.abandoned_total
+    loop.evaluation.values = dict(state.values)
+    rnd, vids, vals = state.last_values
+    loop.evaluation.last_values = (rnd, list(vids), list(vals))
+    loop.strategy.history[:] = list(state.history)
+    loop.result.train_metrics_clientapp = {
+        r: MetricRecord(dict(m)) for r, m in state.train_metrics.items()
+    }
+    loop.result.evaluate_metrics_serverapp = {
+        r: MetricRecord(dict(m)) for r, m in state.evaluate_metrics.items()
+    }
+    if set(ids) <= set(state.nodes):
+        for i in ids:
+            state.nodes[i].apply_to(loop.nodes[i])
+    else:
+        log(INFO, "%s: the nodes changed since the checkpoint: profiling again", loop.name)
+        loop.planner.begin(ids, loop.nodes)
+    metrics = loop.result.train_metrics_clientapp
+    loop.abandon.resume(metrics, loop.nodes.values(), loop.evaluation)
+    _restore_buffer(loop, store)
+    log(
+        INFO,
+        "%s: resumed from %s at round %d (clock %.3f); job ids from %d",
+        loop.name,
+        store.directory,
+        loop.version,
+        loop.clock.now(),
+        loop.dispatcher.last_job_id() + 1,
+    )
+    return True
