@@ -191,3 +191,28 @@ def test_auto_compute_share_analyses_the_served_model_once() -> None:
     assert bare.compute_share() == 0.5
     with pytest.raises(ConfigError, match="model needs input_shape"):
         ShareConfig(model=MLP)
+
+
+def test_resume_continues_the_tally_and_sends_the_checkpointed_theta(tmp_path: Any) -> None:
+    def run(rounds: int, resume: bool) -> tuple[_Recording, Any]:
+        strategy = EdgeStrategy(
+            threshold=1,
+            clock=virtual(),
+            shares=ShareConfig(total_samples=400, rebalance="off", compute_share=0.4),
+            loop=LoopConfig(slice_budget=0.5),
+            stop=StopConfig(),
+            checkpoint_dir=tmp_path,
+            resume=resume,
+        )
+        return _run(strategy, rounds)
+
+    _, first = run(3, resume=False)
+    at_checkpoint = first.train_metrics_clientapp[3]
+    grid, resumed = run(6, resume=True)
+    assert resumed.train_metrics_clientapp[3] == at_checkpoint
+    # theta comes from the restored ratios and values: the same as after round 3
+    assert grid.sent[0][1][wire.THETA] == pytest.approx(at_checkpoint["abandon-theta"])
+    final = resumed.train_metrics_clientapp[6]
+    for key in ("abandon-offers", "abandoned-jobs", "abandon-samples-wasted"):
+        assert final[key] >= at_checkpoint[key]
+    assert final["abandon-offers"] > at_checkpoint["abandon-offers"]
