@@ -23,7 +23,9 @@ when the run ends is not counted either way.
 (``strategies.abandon``): preemption points offered (a newer global reached a node busy with a
 stale job), jobs abandoned there, the samples those jobs had trained (wasted) and the samples
 they did not need to train (saved), and the last theta sent; all 0 (theta null) for a
-strategy without the rule.
+strategy without the rule. ``abandoned_jobs`` counts every abandon a client reported, replies
+still in flight when the run ended included; ``abandon.abandoned`` only those the strategy
+processed, so it can be smaller.
 """
 
 from __future__ import annotations
