@@ -7,7 +7,7 @@ aggregated update after each aggregation; ``resume = true`` continues from it.
 
 Every seed mechanism is on: ``p_c`` of the radar chart comes from the operator analysis of the
 served MLP (0.40), slices give busy nodes preemption points, the abandon rule's theta is
-derived from the live scores unless ``theta`` is in the run config, and the run stops on a
+derived from the live scores unless ``theta`` >= 0 is in the run config, and the run stops on a
 plateau (``patience``) or at ``target-accuracy``.
 """
 
@@ -55,7 +55,8 @@ def build_strategy(context: Context) -> EdgeStrategy:
     slices = {"slice_budget": budget} if budget >= 0 else {}  # else the library's default
     patience = int(_number(context, "patience"))
     target = _number(context, "target-accuracy")
-    theta = _number(context, "theta") if "theta" in cfg else None
+    fixed = _number(context, "theta") if "theta" in cfg else -1.0
+    theta = fixed if fixed >= 0 else None  # < 0: derived from the live scores
     return EdgeStrategy(
         threshold=int(_number(context, "threshold")),
         decay=str(cfg["decay"]),
