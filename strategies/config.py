@@ -72,11 +72,20 @@ class LoopConfig:
         to completion. ``"auto"``: slices on, their length chosen from the per-message
         overhead measured on the run (wall clock), 10 s until it is known and under a
         virtual clock (:mod:`strategies.slices`).
-    deadline : float, optional
+    deadline : float, "auto" or None (default: "auto")
         Soft per-message deadline in clock seconds. A node whose reply is not in by then is
         dropped from the round (marked late, logged, never waited on); its late reply is
         accepted once, with its decayed weight, unless ``accept_late`` is false or it is
-        beyond ``staleness_bound``. ``None`` = no soft deadline.
+        beyond ``staleness_bound``. Under a wall clock a node that is no longer registered
+        at its deadline is forgotten there and then (not only after ``start``'s
+        ``timeout``). ``"auto"``: wall clock only, ``deadline_factor`` times the longest of
+        the node's recent message round trips (every node's before it has its own), at
+        least ``deadline_floor``; no deadline before any round trip is known, nor under a
+        virtual clock (:mod:`strategies.deadlines`). ``None`` = no soft deadline.
+    deadline_factor : float (default: 3.0)
+        ``"auto"`` deadline: multiple of the observed round trip, ``>= 1``.
+    deadline_floor : float (default: 10.0)
+        ``"auto"`` deadline: its least value in seconds, ``> 0``.
     accept_late : bool (default: True)
         Whether a finished update that missed its deadline may still be aggregated.
     staleness_bound : int, optional
@@ -101,7 +110,9 @@ class LoopConfig:
     """
 
     slice_budget: float | Literal["auto"] = "auto"
-    deadline: float | None = None
+    deadline: float | Literal["auto"] | None = "auto"
+    deadline_factor: float = 3.0
+    deadline_floor: float = 10.0
     accept_late: bool = True
     staleness_bound: int | None = None
     lookahead: float = 0.0
@@ -118,7 +129,10 @@ class LoopConfig:
                     f"slice_budget must be a number >= 0 or 'auto', got {self.slice_budget!r}"
                 )
             _positive("slice_budget", self.slice_budget, allow_zero=True)
-        _positive("deadline", self.deadline, optional=True)
+        if self.deadline != "auto":
+            _positive("deadline", self.deadline, optional=True)  # type: ignore[arg-type]
+        validate.number("deadline_factor", self.deadline_factor, low=1.0)
+        validate.number("deadline_floor", self.deadline_floor, low=0.0, low_inclusive=False)
         validate.integer("staleness_bound", self.staleness_bound, low=0, allow_none=True)
         _positive("lookahead", self.lookahead, allow_zero=True)
         _positive("poll_interval", self.poll_interval)
@@ -162,6 +176,12 @@ class ShareConfig:
     max_share_fraction : float (default: 0.5)
         Cap on any node's share as a fraction of the total, against absurd profile claims;
         in ``(0, 1]`` and at least ``1 / number of nodes``.
+    max_epochs : float, optional
+        Cap on each node's share at this many epochs of its own local samples (as its
+        profile reports them), ``> 0``; the rest of the total goes to the other nodes by
+        match ratio, and rebalancing keeps within the caps. With label-skewed data a fast
+        node given many epochs of its own data over-fits its labels and dominates the
+        global model (docs/benchmarks/simulations.md). ``None``: no per-node cap (the seed).
     rebalance : {"seed", "optimal", "off"} (default: "seed")
         After each aggregation refit ``T = k f + b`` per node and move samples (seed 000
         step 9, or the equal-finish optimum).
@@ -183,6 +203,7 @@ class ShareConfig:
     order_invariant: bool = False
     drop_empty_axes: bool = False
     max_share_fraction: float = 0.5
+    max_epochs: float | None = None
     rebalance: RebalanceMethod = "seed"
     weight_by: WeightBasis = "share"
     absurd_factor: float = 100.0
@@ -208,6 +229,9 @@ class ShareConfig:
             raise ConfigError(
                 f"max_share_fraction must be in (0, 1], got {self.max_share_fraction!r}"
             )
+        validate.number(
+            "max_epochs", self.max_epochs, low=0.0, low_inclusive=False, allow_none=True
+        )
         _choice("rebalance", self.rebalance, REBALANCE_METHODS)
         _choice("weight_by", self.weight_by, WEIGHT_BASES)
         _positive("absurd_factor", self.absurd_factor)

@@ -5,7 +5,8 @@
 budget, match ratio, send time, the latest values, and the global arrays when the node does
 not have them yet), pushes them, and tracks every accepted message until its reply is pulled
 (``inflight``) and processed (``open``). A message the grid refuses is logged; its node
-waits for the next version. With a soft deadline, every send also queues a deadline event.
+waits for the next version. With a soft deadline (:mod:`strategies.deadlines`), every send
+also queues a deadline event.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from flower_edge import wire
 from strategies.abandon import AbandonPolicy
 from strategies.clock import Clock
 from strategies.config import LoopConfig
+from strategies.deadlines import DeadlinePolicy
 from strategies.events import DEADLINE, DeadlineEvent, EventQueue, Sent
 from strategies.membership import Job, Node
 from strategies.records import EventKind, ProfileRecord, TrainReply
@@ -92,6 +94,7 @@ class Dispatcher:
         self.profile_mode = profile_mode
         self.abandon = abandon
         self.slices = SliceBudget(loop, virtual=clock.is_virtual)
+        self.deadlines = DeadlinePolicy(loop, virtual=clock.is_virtual, name=name)
         self.record = record
         self.name = name
         self.inflight: dict[str, Sent] = {}  # sent, reply not yet pulled
@@ -164,9 +167,10 @@ class Dispatcher:
         )
 
     def observe(self, sent: Sent, reply: TrainReply | ProfileRecord | None) -> None:
-        """Feed a pulled reply's round trip and training seconds to the slice budget."""
+        """Feed a pulled reply's round trip to the deadlines and the slice budget."""
         if isinstance(reply, TrainReply):
             round_trip = self.clock.real_now() - sent.real_send
+            self.deadlines.observe(sent.node_id, round_trip)
             self.slices.observe(
                 sent.job_id, round_trip, reply.train_seconds, restarted=reply.abandoned
             )
@@ -201,8 +205,9 @@ class Dispatcher:
             node.outstanding = msg_id
             self.inflight[msg_id] = sent
             self.open[msg_id] = sent
-            if self.loop.deadline is not None:
-                self.queue.push(now + self.loop.deadline, DEADLINE, DeadlineEvent(sent))
+            deadline = self.deadlines.for_node(node.node_id)
+            if deadline is not None:
+                self.queue.push(now + deadline, DEADLINE, DeadlineEvent(sent, deadline))
             self.record(node.node_id, job.job_id, "sent", version)
 
     def pull(self) -> list[Message]:
@@ -217,6 +222,11 @@ class Dispatcher:
             del self.inflight[sent.message_id]
             self.open.pop(sent.message_id, None)
         return expired
+
+    def forget(self, sent: Sent) -> None:
+        """Stop tracking ``sent`` (its node is gone): a later reply to it is rejected."""
+        self.inflight.pop(sent.message_id, None)
+        self.open.pop(sent.message_id, None)
 
     def oldest_real_send(self) -> float | None:
         """Return the real send time of the oldest message in flight (None if none)."""

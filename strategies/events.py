@@ -71,9 +71,10 @@ class ReplyEvent:
 
 @dataclass(frozen=True)
 class DeadlineEvent:
-    """The soft deadline of a sent message."""
+    """The soft deadline of a sent message, ``seconds`` after its send."""
 
     sent: Sent
+    seconds: float
 
 
 Event = ReplyEvent | DeadlineEvent

@@ -228,7 +228,7 @@ class EventLoop:
             when, event = self.queue.pop()
             self.clock.advance_to(when)
             if isinstance(event, DeadlineEvent):
-                self._on_deadline(event.sent)
+                self._on_deadline(event)
             else:
                 self._on_reply(event, when)
             self._start_idle_jobs()
@@ -316,16 +316,27 @@ class EventLoop:
         self.clock.sleep(max(step, 1e-6))
 
     # ================================================================== handlers
-    def _on_deadline(self, sent: Sent) -> None:
-        """Mark a node whose message is still open at its deadline as late."""
+    def _on_deadline(self, event: DeadlineEvent) -> None:
+        """Mark a node whose message is still open at its deadline as late (gone: forget it)."""
+        sent = event.sent
         if sent.message_id not in self.dispatcher.open:
             return
         node = self.nodes[sent.node_id]
         node.late = True
         log(
-            INFO, "%s: node %s missed its deadline: dropped from the round", self.name, node.node_id
+            INFO,
+            "%s: node %s missed its %.1f s deadline: dropped from the round",
+            self.name,
+            node.node_id,
+            event.seconds,
         )
         self._event(node.node_id, sent.job_id, "late", self.version)
+        registered = set() if self.clock.is_virtual else self.membership.registered_ids()
+        if not self.clock.is_virtual and node.node_id not in registered:
+            self.dispatcher.forget(sent)  # it left: no need to wait for the timeout
+            self._event(node.node_id, sent.job_id, "forgotten", self.version)
+            self.membership.missed(node, registered)
+            self._profile_answer(node, None, "no reply to its first message")
 
     def _reject(self, node: Node, job_id: int, reason: str) -> None:
         """Log a rejected reply; the node waits for the next version."""

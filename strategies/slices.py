@@ -51,7 +51,8 @@ class SliceBudget:
         self.auto = loop.slice_budget == "auto"
         self.fixed = INITIAL_BUDGET if self.auto else float(loop.slice_budget)
         self.adaptive = self.auto and not virtual
-        self.ceiling = math.inf if loop.deadline is None else 0.5 * loop.deadline
+        fixed_deadline = loop.deadline if isinstance(loop.deadline, int | float) else None
+        self.ceiling = math.inf if fixed_deadline is None else 0.5 * fixed_deadline
         self.round_trips: deque[float] = deque(maxlen=WINDOW)
         self.compute: deque[float] = deque(maxlen=WINDOW)
         self.job_seconds: dict[int, float] = {}  # job id -> its training seconds so far

@@ -17,7 +17,7 @@ def test_events_pop_by_time_then_replies_before_deadlines_then_send_order() -> N
     queue = EventQueue()
     a, b, c = (_sent(queue.next_seq()) for _ in range(3))
     queue.push(2.0, REPLY, ReplyEvent(a, None, "x"))
-    queue.push(1.0, DEADLINE, DeadlineEvent(c))
+    queue.push(1.0, DEADLINE, DeadlineEvent(c, 1.0))
     queue.push(1.0, REPLY, ReplyEvent(c, None, "y"))
     queue.push(1.0, REPLY, ReplyEvent(b, None, "z"))
     order = []
