@@ -164,6 +164,9 @@ def _patched_build(variant: dict[str, Any]) -> Any:
             options_valuation = ValuationConfig(mode="off")
         else:
             options_valuation = strategy.valuation
+        if "total_fraction" in variant and shares.total_samples:
+            total = max(1, round(shares.total_samples * float(variant["total_fraction"])))
+            shares = replace(shares, total_samples=total)
         levers = {k: v for k, v in variant.items() if k in _LEVER_KEYS}
         return LeverEdge(
             threshold=sc.threshold,

@@ -43,6 +43,7 @@ EDGE_PRESETS: Final = ("edge", "edge-seed")
 SEED_OPTIONS: Final[dict[str, Any]] = {
     "aggregate": "models",
     "server_lr": 1.0,
+    "staleness_lr": False,
 }
 
 #: ``EdgeStrategy`` keywords that do not change the method (settings of the run)
@@ -101,6 +102,7 @@ def edge_options(settings: SimSettings) -> dict[str, Any]:
     return {
         "aggregate": sc.edge_aggregate if settings.aggregate is None else settings.aggregate,
         "server_lr": sc.edge_server_lr if settings.server_lr is None else settings.server_lr,
+        "staleness_lr": sc.edge_staleness_lr,
     }
 
 
@@ -126,6 +128,11 @@ def departures(settings: SimSettings) -> list[str]:
         out.append("equal shares, no rebalancing (seed: match-ratio shares)")
     elif MAX_SHARE_OVER_MEAN * 1.0 / settings.scenario.num_clients < 1.0:
         out.append(f"shares capped at {MAX_SHARE_OVER_MEAN:g}x the mean (seed: uncapped)")
+    if settings.shares != "uniform" and settings.scenario.edge_max_epochs is not None:
+        out.append(
+            f"shares capped at {settings.scenario.edge_max_epochs:g} epochs of each node's "
+            "own data (seed: uncapped)"
+        )
     return out
 
 

@@ -104,6 +104,13 @@ class Scenario:
         Local passes over a node's data per job (its sample share scales this).
     slice_budget : float
         Virtual seconds of training per train message (0 = one message per job).
+    edge_aggregate, edge_server_lr, edge_staleness_lr : str, float, bool
+        The ``edge`` preset's aggregation rule (``EdgeStrategy`` options): deltas, server
+        learning rate 1.0 scaled by the buffer's staleness (docs/benchmarks/simulations.md,
+        issue 10).
+    edge_max_epochs : float, optional
+        The ``edge`` preset's per-node share cap in epochs of the node's own data
+        (``ShareConfig.max_epochs``; 3.0).
     min_client_samples : int
         Fewest training samples a client may hold; more clients than the data allows is
         an input error.
@@ -130,7 +137,9 @@ class Scenario:
     slice_budget: float
     min_client_samples: int = 8
     edge_aggregate: Literal["models", "deltas"] = "deltas"
-    edge_server_lr: float = 0.2
+    edge_server_lr: float = 1.0
+    edge_staleness_lr: bool = True
+    edge_max_epochs: float | None = 3.0
 
     def __post_init__(self) -> None:
         self.validate()
@@ -173,6 +182,15 @@ class Scenario:
         for name, value in positive:
             validate.number(name, value, low=0.0, low_inclusive=False, error=InputError)
         validate.choice("edge_aggregate", self.edge_aggregate, ("models", "deltas"))
+        validate.boolean("edge_staleness_lr", self.edge_staleness_lr, error=InputError)
+        validate.number(
+            "edge_max_epochs",
+            self.edge_max_epochs,
+            low=0.0,
+            low_inclusive=False,
+            allow_none=True,
+            error=InputError,
+        )
 
     def population(self, seed: int) -> PopulationConfig:
         """Return the device population of this scenario under ``seed``."""

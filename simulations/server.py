@@ -96,6 +96,8 @@ def build_strategy(settings: SimSettings, clock: Any) -> Strategy:
         compute_share=compute_share(sc),  # the operator analysis of the scenario's model
         total_samples=None if uniform else samples_per_round(sc, settings.seed),
         max_share_fraction=min(1.0, MAX_SHARE_OVER_MEAN / sc.num_clients) if capped else 1.0,
+        # edge: never more than edge_max_epochs epochs of a node's own data (issue 10)
+        max_epochs=sc.edge_max_epochs if settings.strategy == "edge" else None,
     )
     if settings.strategy in EDGE_PRESETS:
         return strategies.EdgeStrategy(

@@ -21,6 +21,7 @@ from flwr.common.logger import log
 from flower_edge import validate
 from flower_edge.aggregation import WeightedSum
 from flower_edge.arrays import NDArray, cast_like
+from flower_edge.server_opt import staleness_scale
 from strategies.base import SemiAsyncStrategy, StrategyOptions
 from strategies.config import DEFAULT_PATIENCE, StopConfig
 from strategies.records import Combined, Update
@@ -110,6 +111,11 @@ class EdgeStrategy(SemiAsyncStrategy):
         Average the local models (the seed) or their deltas from their base models.
     server_lr : float (default: 1.0)
         ``eta`` in ``(0, 1]`` for ``"models"``, ``> 0`` for ``"deltas"``.
+    staleness_lr : bool (default: False)
+        Scale ``eta`` at each aggregation by ``mean_i 1 / sqrt(1 + tau_i)`` over the buffer
+        (``tau_i`` the versions published since update i's base; FedBuff's staleness weight,
+        Nguyen et al., AISTATS 2022): steps made of stale updates are shorter, which lets a
+        larger ``eta`` stay stable (:func:`flower_edge.server_opt.staleness_scale`).
     **options : StrategyOptions
         See :class:`~strategies.base.SemiAsyncStrategy` (typed; an unknown keyword raises
         ``TypeError``).
@@ -131,10 +137,12 @@ class EdgeStrategy(SemiAsyncStrategy):
         *,
         aggregate: Aggregate = "models",
         server_lr: float = 1.0,
+        staleness_lr: bool = False,
         **options: Unpack[StrategyOptions],
     ) -> None:
         super().__init__(threshold, **options)
         self.aggregate, self.server_lr = self.validate_options(aggregate, server_lr)
+        self.staleness_lr = validate.boolean("staleness_lr", staleness_lr)
         self.needs_bases = self.aggregate == "deltas"
 
     @staticmethod
@@ -166,10 +174,13 @@ class EdgeStrategy(SemiAsyncStrategy):
         With ``"deltas"``, an update whose base model is no longer known (e.g. restored
         from a checkpoint) counts as a delta from the current global model.
         """
-        if self.aggregate == "models" and self.server_lr == 1.0:
+        if self.aggregate == "models" and self.server_lr == 1.0 and not self.staleness_lr:
             return super().combine(global_arrays, updates, version, bases)
         deltas = self.aggregate == "deltas"
-        total = _StepSum(global_arrays, self.server_lr, deltas=deltas)
+        lr = self.server_lr
+        if self.staleness_lr:
+            lr *= staleness_scale([max(0, version - u.base_version) for u in updates])
+        total = _StepSum(global_arrays, lr, deltas=deltas)
         weights = []
         for update in updates:
             weight = self.coefficient(update) * self.decay(update.delay)
@@ -184,4 +195,10 @@ class EdgeStrategy(SemiAsyncStrategy):
     def summary(self) -> None:
         """Log the settings, the aggregation rule included."""
         super().summary()
-        log(INFO, "\t├── aggregate: %s, server_lr %s", self.aggregate, self.server_lr)
+        log(
+            INFO,
+            "\t├── aggregate: %s, server_lr %s, staleness_lr %s",
+            self.aggregate,
+            self.server_lr,
+            self.staleness_lr,
+        )

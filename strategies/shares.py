@@ -193,11 +193,11 @@ class SharePlanner:
         equal_part = total * len(equal) // n if matched else total
         shares: dict[int, int] = {}
         if equal:
-            split = initial_shares(equal_part, [1.0] * len(equal), [cap] * len(equal))
+            split = self._split(equal_part, equal, [1.0] * len(equal), cap, profiles)
             shares.update(zip(equal, split, strict=True))
         if matched:
             matched_ratios = [ratios_by_node[i] for i in matched]
-            split = initial_shares(total - equal_part, matched_ratios, [cap] * len(matched))
+            split = self._split(total - equal_part, matched, matched_ratios, cap, profiles)
             shares.update(zip(matched, split, strict=True))
             self.log_capped(matched, matched_ratios, total - equal_part, cap)
         for i in ids:
@@ -215,6 +215,43 @@ class SharePlanner:
             )
         else:
             log(INFO, "%s: no sample counts known: every node trains its own default", self.name)
+
+    def node_cap(self, node_id: int, cap: int | None) -> int | None:
+        """Return the cap on ``node_id``'s share: ``cap``, and ``max_epochs`` of its own data.
+
+        ``ShareConfig.max_epochs`` caps a node's share at that many epochs of the local
+        samples its profile reported (none when it reported none).
+        """
+        epochs = self.config.max_epochs
+        profile = self.profiles.get(node_id)
+        if epochs is None or profile is None or profile.local_samples <= 0:
+            return cap
+        own = max(1, math.floor(epochs * profile.local_samples))
+        return own if cap is None else min(cap, own)
+
+    def _split(
+        self,
+        total: int,
+        ids: list[int],
+        ratios: list[float],
+        cap: int | None,
+        profiles: dict[int, ProfileRecord],
+    ) -> tuple[int, ...]:
+        """Split ``total`` by ``ratios`` within each node's cap (all at their caps if short)."""
+        self.profiles = {**self.profiles, **profiles}
+        caps = [self.node_cap(i, cap) for i in ids]
+        held = sum(math.inf if c is None else c for c in caps)
+        if held < total:  # max_epochs cannot hold the total: every node at its cap
+            log(
+                WARNING,
+                "%s: max_epochs %s caps the shares at %d of %d samples per round",
+                self.name,
+                self.config.max_epochs,
+                held,
+                total,
+            )
+            return tuple(int(c) for c in caps if c is not None)
+        return initial_shares(total, ratios, caps)
 
     def log_capped(self, ids: list[int], ratios: list[float], total: int, cap: int | None) -> None:
         """Warn about each node whose profile claims more than the cap."""
@@ -264,8 +301,12 @@ class SharePlanner:
         total = sum(n.share for n in every if not n.gone)
         cap = max(1, math.ceil(self.config.max_share_fraction * total))
         shares = [n.share for n in chosen]
+        caps = [self.node_cap(n.node_id, cap) or cap for n in chosen]
         allocation = rebalance(
-            shares, models, method=method, capacities=[max(cap, s) for s in shares]
+            shares,
+            models,
+            method=method,
+            capacities=[max(c, s) for c, s in zip(caps, shares, strict=True)],
         )
         for node, share in zip(chosen, allocation.samples, strict=True):
             node.share = int(share)

@@ -72,7 +72,12 @@ def test_a_run_with_the_seed_options_on_edge_names_only_the_cap() -> None:
         if k not in ("aggregate", "server_lr")
     ):
         pytest.skip("EdgeStrategy's defaults depart from the seed in other options too")
-    assert departures(s) == [f"shares capped at {MAX_SHARE_OVER_MEAN:g}x the mean (seed: uncapped)"]
+    assert departures(s) == [
+        "staleness_lr=True (seed: False)",  # the scenario's edge rule, not a SimSettings key
+        f"shares capped at {MAX_SHARE_OVER_MEAN:g}x the mean (seed: uncapped)",
+        f"shares capped at {s.scenario.edge_max_epochs:g} epochs of each node's own data "
+        "(seed: uncapped)",
+    ]
 
 
 def test_built_strategies_follow_their_presets() -> None:
