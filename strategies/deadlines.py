@@ -46,7 +46,7 @@ class DeadlinePolicy:
 
     def observe(self, node_id: int, seconds: float) -> None:
         """Record a message round trip of ``node_id`` (send to reply pulled, seconds)."""
-        if self.auto and seconds >= 0:
+        if seconds >= 0:  # kept in any mode (the end of a run reads them too)
             self.trips.setdefault(node_id, deque(maxlen=WINDOW)).append(seconds)
 
     def for_node(self, node_id: int) -> float | None:

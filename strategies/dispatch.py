@@ -223,6 +223,22 @@ class Dispatcher:
             self.open.pop(sent.message_id, None)
         return expired
 
+    def drain(self, grace: float, poll: float) -> int:
+        """Pull in-flight replies for up to ``grace`` real seconds, answering none.
+
+        Return how many messages are still out. A node whose slice report goes unanswered
+        stops its job there (it gets no next slice).
+        """
+        end = self.clock.real_now() + grace
+        while self.inflight:
+            for reply in self.pull():
+                self.inflight.pop(reply.metadata.reply_to_message_id, None)
+            if not self.inflight or self.clock.real_now() >= end:
+                break
+            self.clock.sleep(max(min(poll, end - self.clock.real_now()), 1e-6))
+        self.open.clear()
+        return len(self.inflight)
+
     def forget(self, sent: Sent) -> None:
         """Stop tracking ``sent`` (its node is gone): a later reply to it is rejected."""
         self.inflight.pop(sent.message_id, None)

@@ -186,8 +186,31 @@ class EventLoop:
             self.stopper.reason or "round budget",
             self.clock.now() - self.start_time,
         )
+        self._finish_inflight()
         self.result.arrays = to_record(self.keys, self.global_arrays)
         return self.result
+
+    def _finish_inflight(self) -> None:
+        """Stop in-flight work: answer no slice report; wait briefly for the last replies."""
+        out = len(self.inflight)
+        if not out:
+            return
+        budget = self.dispatcher.slices.current()
+        trips = self.dispatcher.deadlines.trips
+        longest = max(max(trips.get(s.node_id, [0.0])) for s in self.inflight.values())
+        # a slice ends within about one round trip of its node (at most a minute of waiting)
+        grace = 0.0 if self.clock.is_virtual or budget <= 0 else min(60.0, max(2 * budget, longest))
+        left = self.dispatcher.drain(grace, self.strategy.loop.poll_interval)
+        log(
+            INFO,
+            "%s: %d messages were out at the end; jobs in slices stop at their slice end "
+            "(no next slice is sent); %d still out after %.1f s (a whole job runs to its end "
+            "on its node; its reply is dropped)",
+            self.name,
+            out,
+            left,
+            grace,
+        )
 
     def _finished(self) -> bool:
         """Return whether a stop rule applies now."""
@@ -231,7 +254,8 @@ class EventLoop:
                 self._on_deadline(event)
             else:
                 self._on_reply(event, when)
-            self._start_idle_jobs()
+            if not self._finished():  # no new work after the last aggregation
+                self._start_idle_jobs()
             handled += 1
         return bool(got) or handled > 0
 

@@ -103,3 +103,26 @@ def test_the_virtual_clock_default_sets_no_deadline() -> None:
 def test_bad_deadline_settings_name_the_field(options: dict[str, object], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         LoopConfig(**options)  # type: ignore[arg-type]
+
+
+def test_the_end_of_a_run_sends_no_new_work_and_collects_the_last_slices() -> None:
+    clock = ManualClock()
+    latency = {1001: 2.5, 1002: 1.5, 1003: 1.0, 1004: 0.5}
+    grid = InProcessGrid(ToyEdge(), 4, clock=clock, latency=lambda n, m: latency[n])
+    strategy = EdgeStrategy(
+        threshold=2,
+        clock=clock,
+        shares=EQUAL,
+        loop=LoopConfig(slice_budget=1.0, deadline=None, poll_interval=0.25),
+    )
+    with flwr_logs() as caplog:
+        strategy.start(grid, model(0.0), num_rounds=3)
+    end = strategy.history[-1].time
+    final = strategy.history[-1].round
+    # nothing goes out with (or after) the final global model
+    assert not [e for e in strategy.events if e.kind == "sent" and e.version == final]
+    assert not [e for e in strategy.events if e.kind == "sent" and e.time > end]
+    # the slices still out at the end were collected (none left queued), and not answered
+    assert grid.queued() == 0
+    assert "messages were out at the end; jobs in slices stop at their slice end" in caplog.text
+    assert "0 still out after 2.5 s" in caplog.text  # 1001: 2.5 s round trips
