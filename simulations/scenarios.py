@@ -240,6 +240,7 @@ SCENARIOS: dict[str, Scenario] = {
         learning_rate=0.1,
         local_epochs=2,
         slice_budget=0.25,
+        edge_server_lr=0.5,  # IID and 20 nodes: 1.0 overshoots (1.79 s vs 1.28 s to 90 %)
     ),
     "mnist1d-100": Scenario(
         name="mnist1d-100",
