@@ -27,6 +27,7 @@ from flower_edge.aggregation import WeightedSum, weighted_average
 from flower_edge.arrays import NDArray
 from flower_edge.errors import ConfigError, InputError
 from flower_edge.staleness import make_decay
+from strategies.client_eval import ClientEvaluation, aggregate_evaluate_replies
 from strategies.clock import Clock, WallClock
 from strategies.config import (
     AbandonConfig,
@@ -63,6 +64,8 @@ class StrategyOptions(TypedDict, total=False):
     clock: Clock | None
     checkpoint_dir: str | Path | None
     resume: bool
+    fraction_evaluate: float
+    min_evaluate_nodes: int
 
 
 class SemiAsyncStrategy(Strategy):
@@ -87,6 +90,14 @@ class SemiAsyncStrategy(Strategy):
         Folder for a checkpoint after each aggregation (and the audit log).
     resume : bool (default: False)
         Continue from the checkpoint in ``checkpoint_dir`` if there is one.
+    fraction_evaluate : float (default: 0.0)
+        Client-side evaluation as Flower's strategies do it: after each aggregation, this
+        fraction of the nodes (at least ``min_evaluate_nodes``, idle ones only) gets an
+        ``evaluate`` message with the new global; the replies, averaged by ``num-examples``,
+        go to ``Result.evaluate_metrics_clientapp`` (:mod:`strategies.client_eval`).
+        ``0``: none (logged once).
+    min_evaluate_nodes : int (default: 2)
+        Least nodes evaluated per aggregation when ``fraction_evaluate > 0``.
     """
 
     #: name used in logs and checkpoints
@@ -111,9 +122,13 @@ class SemiAsyncStrategy(Strategy):
         clock: Clock | None = None,
         checkpoint_dir: str | Path | None = None,
         resume: bool = False,
+        fraction_evaluate: float = 0.0,
+        min_evaluate_nodes: int = 2,
     ) -> None:
         validate.integer("threshold K", threshold, low=1)
         validate.boolean("resume", resume)
+        self.fraction_evaluate = validate.probability("fraction_evaluate", fraction_evaluate)
+        self.min_evaluate_nodes = validate.integer("min_evaluate_nodes", min_evaluate_nodes, low=0)
         params = {k: v for k, v in (("a", decay_a), ("b", decay_b)) if v is not None}
         self.threshold = threshold
         self.decay_spec = decay
@@ -212,7 +227,20 @@ class SemiAsyncStrategy(Strategy):
         log(INFO, "\t├── stop: %s", self.stop)
         log(INFO, "\t├── abandon: %s", self.abandon if self.sends_values() else "off")
         log(INFO, "\t├── clock: %r", self.clock)
-        log(INFO, "\t└── checkpoint: %s (resume: %s)", self.checkpoint_dir, self.resume)
+        log(INFO, "\t├── checkpoint: %s (resume: %s)", self.checkpoint_dir, self.resume)
+        if self.fraction_evaluate > 0:
+            log(
+                INFO,
+                "\t└── client-side evaluation: fraction_evaluate %s, min_evaluate_nodes %d",
+                self.fraction_evaluate,
+                self.min_evaluate_nodes,
+            )
+        else:
+            log(
+                INFO,
+                "\t└── client-side evaluation: off (fraction_evaluate=0.0; set it > 0 to run "
+                "the ClientApp's evaluate after each aggregation, as FedAvg does)",
+            )
 
     def trigger_text(self) -> str:
         """Describe the aggregation trigger for ``summary()``."""
@@ -262,14 +290,19 @@ class SemiAsyncStrategy(Strategy):
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """Return no messages: the semi-asynchronous loop evaluates on the server only."""
-        return []
+        """Build evaluate messages for ``fraction_evaluate`` of the nodes (synchronous use)."""
+        evaluation = ClientEvaluation(
+            self.fraction_evaluate, self.min_evaluate_nodes, config, timeout=3600.0
+        )
+        ids = [int(n) for n in grid.get_node_ids()]
+        chosen = evaluation.sample(server_round, ids, len(ids))
+        return [evaluation.message(n, server_round, arrays) for n in chosen]
 
     def aggregate_evaluate(
         self, server_round: int, replies: Iterable[Message]
     ) -> MetricRecord | None:
-        """Return ``None``: no client-side evaluation."""
-        return None
+        """Average the evaluate replies' metrics by ``num-examples`` (bad replies skipped)."""
+        return aggregate_evaluate_replies(replies)
 
     def start(
         self,
@@ -296,7 +329,7 @@ class SemiAsyncStrategy(Strategy):
         train_config : ConfigRecord, optional
             Extra config sent with every train message.
         evaluate_config : ConfigRecord, optional
-            Unused (no client-side evaluation); accepted for signature compatibility.
+            Config of the client-side evaluate messages (``fraction_evaluate > 0``).
         evaluate_fn : callable, optional
             ``evaluate_fn(round, arrays) -> MetricRecord``: server-side evaluation, used for
             the Result, leave-one-out values and convergence.
@@ -327,8 +360,22 @@ class SemiAsyncStrategy(Strategy):
         log(INFO, "Starting %s strategy:", type(self).__name__)
         log(INFO, "\t├── Number of rounds (aggregations): %d", num_rounds)
         self.summary()
+        if evaluate_config is not None and self.fraction_evaluate == 0:
+            log(
+                WARNING,
+                "%s: evaluate_config given but fraction_evaluate is 0: no client-side "
+                "evaluation (set fraction_evaluate > 0)",
+                self.name,
+            )
         run = EventLoop(
-            self, grid, initial_arrays, num_rounds, float(timeout), train_config, evaluate_fn
+            self,
+            grid,
+            initial_arrays,
+            num_rounds,
+            float(timeout),
+            train_config,
+            evaluate_fn,
+            evaluate_config,
         )
         result = run.execute()
         for line in io.StringIO(str(result)):

@@ -12,7 +12,7 @@ also queues a deadline event.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from logging import WARNING
+from logging import INFO, WARNING
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.common.logger import log
@@ -95,6 +95,7 @@ class Dispatcher:
         self.abandon = abandon
         self.slices = SliceBudget(loop, virtual=clock.is_virtual)
         self.deadlines = DeadlinePolicy(loop, virtual=clock.is_virtual, name=name)
+        self.warned_virtual = False
         self.record = record
         self.name = name
         self.inflight: dict[str, Sent] = {}  # sent, reply not yet pulled
@@ -210,6 +211,26 @@ class Dispatcher:
                 self.queue.push(now + deadline, DEADLINE, DeadlineEvent(sent, deadline))
             self.record(node.node_id, job.job_id, "sent", version)
 
+    def push_plain(self, messages: list[Message], nodes: list[Node]) -> list[tuple[str, int]]:
+        """Push messages of no job (evaluations) and track them; return (id, node) accepted.
+
+        Each occupies its node (one message per node) until its reply is processed.
+        """
+        if not messages:
+            return []
+        accepted = set(self.grid.push_messages(messages))
+        now, real = self.clock.now(), self.clock.real_now()
+        out = []
+        for msg, node in zip(messages, nodes, strict=True):
+            msg_id = msg.metadata.message_id
+            if msg_id in accepted:
+                sent = Sent(msg_id, node.node_id, -1, now, real, self.queue.next_seq())
+                node.outstanding = msg_id
+                self.inflight[msg_id] = sent
+                self.open[msg_id] = sent
+                out.append((msg_id, node.node_id))
+        return out
+
     def pull(self) -> list[Message]:
         """Pull the replies that have arrived (non-blocking)."""
         return list(self.grid.pull_messages(list(self.inflight))) if self.inflight else []
@@ -223,21 +244,71 @@ class Dispatcher:
             self.open.pop(sent.message_id, None)
         return expired
 
-    def drain(self, grace: float, poll: float) -> int:
+    def event_time(self, sent: Sent, reply: TrainReply | ProfileRecord | None) -> float:
+        """Return the event time of a reply (arrival, or send + virtual seconds)."""
+        if not self.clock.is_virtual:
+            return self.clock.now()
+        seconds = reply.virtual_seconds if isinstance(reply, TrainReply) else None
+        if seconds is None:  # a profile (or an evaluation) takes no virtual time
+            if isinstance(reply, TrainReply) and not self.warned_virtual:
+                self.warned_virtual = True
+                log(
+                    WARNING,
+                    "%s: virtual clock but node %s sent no %s: its reply takes 0 virtual seconds",
+                    self.name,
+                    sent.node_id,
+                    wire.VIRTUAL_SECONDS,
+                )
+            seconds = 0.0
+        return sent.send_time + seconds
+
+    def finish(self, poll: float) -> list[Message]:
+        """Stop in-flight work at the end of a run; return the replies pulled meanwhile.
+
+        No slice report is answered any more, so jobs in slices stop at their slice end; the
+        last replies are awaited for about one round trip of their nodes (at most 60 s, none
+        under a virtual clock). A whole job runs to its end on its node; its reply is dropped.
+        """
+        out = len(self.inflight)
+        if not out:
+            return []
+        budget = self.slices.current()
+        trips = self.deadlines.trips
+        longest = max(max(trips.get(s.node_id, [0.0])) for s in self.inflight.values())
+        virtual = self.clock.is_virtual
+        grace = 0.0 if virtual or budget <= 0 else min(60.0, max(2 * budget, longest))
+        pulled = self.drain(grace, poll)
+        log(
+            INFO,
+            "%s: %d messages were out at the end; jobs in slices stop at their slice end "
+            "(no next slice is sent); %d still out after %.1f s (a whole job runs to its end "
+            "on its node; its reply is dropped)",
+            self.name,
+            out,
+            len(self.inflight),
+            grace,
+        )
+        return pulled
+
+    def drain(self, grace: float, poll: float, wanted: set[str] | None = None) -> list[Message]:
         """Pull in-flight replies for up to ``grace`` real seconds, answering none.
 
-        Return how many messages are still out. A node whose slice report goes unanswered
-        stops its job there (it gets no next slice).
+        Return the replies pulled. A node whose slice report goes unanswered stops its job
+        there (it gets no next slice). With ``wanted``, stop waiting once none of those
+        message ids is still out.
         """
         end = self.clock.real_now() + grace
+        pulled: list[Message] = []
         while self.inflight:
             for reply in self.pull():
                 self.inflight.pop(reply.metadata.reply_to_message_id, None)
-            if not self.inflight or self.clock.real_now() >= end:
+                pulled.append(reply)
+            waiting = self.inflight if wanted is None else wanted & set(self.inflight)
+            if not waiting or self.clock.real_now() >= end:
                 break
             self.clock.sleep(max(min(poll, end - self.clock.real_now()), 1e-6))
         self.open.clear()
-        return len(self.inflight)
+        return pulled
 
     def forget(self, sent: Sent) -> None:
         """Stop tracking ``sent`` (its node is gone): a later reply to it is rejected."""

@@ -56,6 +56,7 @@ from strategies.checkpoint import (
     CheckpointStore,
     buffer_entry,
 )
+from strategies.client_eval import ClientEvaluation
 from strategies.convergence import ConvergenceStop
 from strategies.dispatch import Dispatcher
 from strategies.evaluation import EvaluateFn, ServerEvaluation, to_record
@@ -97,6 +98,7 @@ class EventLoop:
         timeout: float,
         train_config: ConfigRecord | None,
         evaluate_fn: EvaluateFn | None,
+        evaluate_config: ConfigRecord | None = None,
     ) -> None:
         self.strategy = strategy
         self.name = strategy.name
@@ -127,6 +129,12 @@ class EventLoop:
             time_budget=strategy.loop.time_budget,
         )
         self.queue = EventQueue()
+        self.client_eval = ClientEvaluation(
+            strategy.fraction_evaluate,
+            strategy.min_evaluate_nodes,
+            ConfigRecord() if evaluate_config is None else evaluate_config,
+            timeout,
+        )
         self.abandon = AbandonPolicy(strategy.abandon, enabled=strategy.sends_values())
         self.dispatcher = Dispatcher(
             grid,
@@ -148,7 +156,6 @@ class EventLoop:
         self.store = (
             None if strategy.checkpoint_dir is None else CheckpointStore(strategy.checkpoint_dir)
         )
-        self.warned_virtual = False
 
     # ================================================================== top level
     def execute(self) -> Result:
@@ -186,31 +193,16 @@ class EventLoop:
             self.stopper.reason or "round budget",
             self.clock.now() - self.start_time,
         )
-        self._finish_inflight()
+        pulled = self.dispatcher.finish(self.strategy.loop.poll_interval)
+        wanted = set(self.client_eval.rounds)  # the last evaluations: worth a short wait
+        pulled += self.dispatcher.drain(min(60.0, self.timeout), 0.01, wanted)
+        for msg in pulled:
+            if self.client_eval.owns(msg.metadata.reply_to_message_id):
+                self.client_eval.replies_in[msg.metadata.reply_to_message_id] = msg
+        for message_id in list(self.client_eval.rounds):  # lost ones count as no reply
+            self._on_evaluated(message_id)
         self.result.arrays = to_record(self.keys, self.global_arrays)
         return self.result
-
-    def _finish_inflight(self) -> None:
-        """Stop in-flight work: answer no slice report; wait briefly for the last replies."""
-        out = len(self.inflight)
-        if not out:
-            return
-        budget = self.dispatcher.slices.current()
-        trips = self.dispatcher.deadlines.trips
-        longest = max(max(trips.get(s.node_id, [0.0])) for s in self.inflight.values())
-        # a slice ends within about one round trip of its node (at most a minute of waiting)
-        grace = 0.0 if self.clock.is_virtual or budget <= 0 else min(60.0, max(2 * budget, longest))
-        left = self.dispatcher.drain(grace, self.strategy.loop.poll_interval)
-        log(
-            INFO,
-            "%s: %d messages were out at the end; jobs in slices stop at their slice end "
-            "(no next slice is sent); %d still out after %.1f s (a whole job runs to its end "
-            "on its node; its reply is dropped)",
-            self.name,
-            out,
-            left,
-            grace,
-        )
 
     def _finished(self) -> bool:
         """Return whether a stop rule applies now."""
@@ -273,27 +265,16 @@ class EventLoop:
             )
             self._event(src, -1, "rejected", self.version, detail="unknown or consumed message")
             return
+        if self.client_eval.owns(reply_to):  # an evaluation: it only frees its node
+            self.client_eval.replies_in[reply_to] = msg
+            self.queue.push(
+                self.dispatcher.event_time(sent, None), REPLY, ReplyEvent(sent, None, None)
+            )
+            return
         reply, reason = parse_reply_for(msg, sent.node_id, self.keys, virtual=self.clock.is_virtual)
         self.dispatcher.observe(sent, reply)  # per-message overhead, for the slice budget
-        self.queue.push(self._event_time(sent, reply), REPLY, ReplyEvent(sent, reply, reason))
-
-    def _event_time(self, sent: Sent, reply: TrainReply | ProfileRecord | None) -> float:
-        """Return the event time of a reply (arrival, or send + virtual seconds)."""
-        if not self.clock.is_virtual:
-            return self.clock.now()
-        seconds = reply.virtual_seconds if isinstance(reply, TrainReply) else None
-        if seconds is None:  # a profile takes no virtual time
-            if isinstance(reply, TrainReply) and not self.warned_virtual:
-                self.warned_virtual = True
-                log(
-                    WARNING,
-                    "%s: virtual clock but node %s sent no %s: its reply takes 0 virtual seconds",
-                    self.name,
-                    sent.node_id,
-                    wire.VIRTUAL_SECONDS,
-                )
-            seconds = 0.0
-        return sent.send_time + seconds
+        when = self.dispatcher.event_time(sent, reply)
+        self.queue.push(when, REPLY, ReplyEvent(sent, reply, reason))
 
     def _expire(self) -> None:
         """Forget messages unanswered for ``timeout`` real seconds; count the misses."""
@@ -313,6 +294,8 @@ class EventLoop:
             self._event(node.node_id, sent.job_id, "forgotten", self.version)
             self.membership.missed(node, registered)
             self._profile_answer(node, None, "no reply to its first message")
+            if self.client_eval.owns(sent.message_id):
+                self._on_evaluated(sent.message_id)
         self._start_idle_jobs()
 
     def _stalled(self) -> bool:
@@ -383,6 +366,9 @@ class EventLoop:
         node = self.nodes[sent.node_id]
         node.outstanding = None
         node.misses = 0
+        if self.client_eval.owns(sent.message_id):
+            self._on_evaluated(sent.message_id)
+            return
         job = node.job
         if isinstance(event.reply, ProfileRecord) and job is not None:
             node.job = None  # a profile ends the job it was asked with
@@ -406,6 +392,27 @@ class EventLoop:
             self._on_progress(node, job, reply)
         else:
             self._on_finished(node, job, reply, when)
+
+    def _start_evaluation(self, rnd: int) -> None:
+        """Send the new global ``rnd`` to ``fraction_evaluate`` of the idle nodes."""
+        idle = [n.node_id for n in self.nodes.values() if n.outstanding is None and not n.gone]
+        chosen = self.client_eval.sample(rnd, idle, len(self.nodes))
+        messages = [self.client_eval.message(n, rnd, self.global_record) for n in chosen]
+        for msg_id, node_id in self.dispatcher.push_plain(
+            messages, [self.nodes[n] for n in chosen]
+        ):
+            self.client_eval.sent(msg_id, rnd)
+            self._event(node_id, -1, "sent", self.version, detail="evaluate")
+
+    def _on_evaluated(self, message_id: str) -> None:
+        """Take an evaluate reply (or its loss); store the round's metrics once all are in."""
+        rnd = self.client_eval.received(
+            self.client_eval.replies_in.pop(message_id, None), message_id
+        )
+        if rnd is not None:
+            metrics = self.client_eval.result(rnd)
+            if metrics is not None:
+                self.result.evaluate_metrics_clientapp[rnd] = metrics
 
     def _profile_answer(self, node: Node, profile: ProfileRecord | None, reason: str) -> None:
         """Pass a node's answer to its profile request on to the share planner."""
@@ -524,6 +531,7 @@ class EventLoop:
             else {k: float(v) for k, v in metrics.items() if isinstance(v, int | float)},
         )
         self.strategy.history.append(record)
+        self._start_evaluation(rnd)
         self.evaluation.record_values(record)
         self.abandon.refresh_from(self.nodes.values(), self.evaluation)
         metrics_out = train_metrics(record, updates, self.abandoned_total)

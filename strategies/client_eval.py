@@ -1,0 +1,137 @@
+"""Client-side evaluation, as Flower's strategies do it: ``fraction_evaluate`` of the nodes.
+
+After each aggregation ``r`` the loop sends an ``evaluate`` message with the new global model
+to ``max(min_evaluate_nodes, ceil(fraction_evaluate * nodes))`` nodes, drawn (seeded by ``r``)
+among the idle ones (no message out: one message per node holds for evaluation too, since
+Flower's simulation engine would run two messages to one node concurrently on snapshots of
+its state). Their replies are averaged by ``num-examples``, as Flower's ``FedAvg`` does, into
+``Result.evaluate_metrics_clientapp[r]``. ``fraction_evaluate = 0`` (the default) sends none
+and says so once in the log.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from logging import WARNING
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.common.logger import log
+
+from flower_edge import validate, wire
+
+__all__ = ["ClientEvaluation", "aggregate_evaluate_replies"]
+
+
+def aggregate_evaluate_replies(replies: Iterable[Message]) -> MetricRecord | None:
+    """Average the numeric metrics of valid evaluate replies, weighted by ``num-examples``.
+
+    Error replies and replies without a positive ``num-examples`` are skipped (logged).
+    Returns ``None`` when no reply is usable.
+    """
+    sums: dict[str, float] = {}
+    total = 0
+    for msg in replies:
+        if msg.has_error() or not msg.has_content():
+            reason = msg.error.reason if msg.has_error() else "no content"
+            log(WARNING, "evaluate reply of node %s skipped: %s", msg.metadata.src_node_id, reason)
+            continue
+        records = list(msg.content.metric_records.values())
+        metrics = msg.content.metric_records.get(wire.METRICS, records[0] if records else None)
+        weight = None if metrics is None else metrics.get(wire.NUM_EXAMPLES)
+        if isinstance(weight, bool) or not isinstance(weight, int) or weight <= 0:
+            log(
+                WARNING,
+                "evaluate reply of node %s skipped: no %s > 0",
+                msg.metadata.src_node_id,
+                wire.NUM_EXAMPLES,
+            )
+            continue
+        assert metrics is not None
+        total += weight
+        for key, value in metrics.items():
+            if key == wire.NUM_EXAMPLES or isinstance(value, bool | list):
+                continue
+            if math.isfinite(float(value)):
+                sums[key] = sums.get(key, 0.0) + weight * float(value)
+    if not total:
+        return None
+    out: dict[str, int | float | list[int] | list[float]] = {
+        k: v / total for k, v in sorted(sums.items())
+    }
+    out[wire.NUM_EXAMPLES] = total
+    return MetricRecord(out)
+
+
+class ClientEvaluation:
+    """Sample nodes, build evaluate messages and collect the replies of each round.
+
+    Parameters
+    ----------
+    fraction : float
+        ``fraction_evaluate`` in ``[0, 1]``.
+    min_nodes : int
+        ``min_evaluate_nodes``, ``>= 0``.
+    config : ConfigRecord
+        ``start``'s ``evaluate_config`` (sent with every evaluate message).
+    timeout : float
+        TTL of the messages.
+    """
+
+    def __init__(
+        self, fraction: float, min_nodes: int, config: ConfigRecord, timeout: float
+    ) -> None:
+        self.fraction = validate.probability("fraction_evaluate", fraction)
+        self.min_nodes = validate.integer("min_evaluate_nodes", min_nodes, low=0)
+        self.config = config
+        self.timeout = timeout
+        self.rounds: dict[str, int] = {}  # message id -> round
+        self.replies_in: dict[str, Message] = {}  # pulled, not yet processed
+        self.replies: dict[int, list[Message]] = {}
+        self.expected: dict[int, int] = {}
+
+    @property
+    def enabled(self) -> bool:
+        """Return whether any evaluation is sent."""
+        return self.fraction > 0
+
+    def sample(self, rnd: int, idle: Sequence[int], registered: int) -> list[int]:
+        """Return the idle nodes to evaluate round ``rnd`` on (seeded by the round)."""
+        if not self.enabled or not idle:
+            return []
+        want = max(self.min_nodes, math.ceil(self.fraction * registered))
+        pool = sorted(idle)
+        if want >= len(pool):
+            return pool
+        rng = np.random.default_rng(rnd)
+        return sorted(int(n) for n in rng.choice(pool, size=want, replace=False))
+
+    def message(self, node_id: int, rnd: int, arrays: ArrayRecord) -> Message:
+        """Build the evaluate message of round ``rnd`` for ``node_id``."""
+        cfg = ConfigRecord(dict(self.config))
+        cfg[wire.SERVER_ROUND] = rnd
+        content = RecordDict({wire.ARRAYS: arrays, wire.CONFIG: cfg})
+        return Message(content, node_id, MessageType.EVALUATE, ttl=self.timeout, group_id=str(rnd))
+
+    def sent(self, message_id: str, rnd: int) -> None:
+        """Track an accepted evaluate message of round ``rnd``."""
+        self.rounds[message_id] = rnd
+        self.expected[rnd] = self.expected.get(rnd, 0) + 1
+
+    def owns(self, message_id: str) -> bool:
+        """Return whether ``message_id`` is an evaluate message still awaited."""
+        return message_id in self.rounds
+
+    def received(self, reply: Message | None, message_id: str) -> int | None:
+        """Take the reply (``None``: lost) to ``message_id``; return its round once complete."""
+        rnd = self.rounds.pop(message_id)
+        if reply is not None:
+            self.replies.setdefault(rnd, []).append(reply)
+        self.expected[rnd] -= 1
+        return rnd if self.expected[rnd] == 0 else None
+
+    def result(self, rnd: int) -> MetricRecord | None:
+        """Return the aggregated metrics of round ``rnd`` (and forget its replies)."""
+        self.expected.pop(rnd, None)
+        return aggregate_evaluate_replies(self.replies.pop(rnd, []))

@@ -1,0 +1,132 @@
+"""Client-side evaluation (fraction_evaluate), as Flower's strategies do it."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from conftest import EQUAL, ToyEdge, accuracy_fn, flwr_logs, model, virtual
+from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
+
+from flower_edge import wire
+from flower_edge.errors import ConfigError
+from strategies import EdgeStrategy, InProcessGrid
+from strategies.client_eval import aggregate_evaluate_replies
+
+
+class EvaluatingToy(ToyEdge):
+    """ToyEdge plus an ``evaluate`` handler: accuracy = partition / 10, 10 x (partition + 1)
+    examples; it records which node evaluated which round."""
+
+    def __call__(self, msg: Message, ctx: Context) -> Message:
+        """Answer evaluate messages; everything else as ToyEdge."""
+        if msg.metadata.message_type != "evaluate":
+            return super().__call__(msg, ctx)
+        pid = int(ctx.node_config[wire.PARTITION_ID])  # type: ignore[arg-type]
+        assert wire.ARRAYS in msg.content.array_records
+        metrics = MetricRecord({wire.NUM_EXAMPLES: 10 * (pid + 1), "accuracy": pid / 10})
+        return Message(RecordDict({wire.METRICS: metrics}), reply_to=msg)
+
+
+def _expected(grid: InProcessGrid, rnd: int) -> dict[str, float]:
+    nodes = [
+        m.metadata.dst_node_id
+        for m in grid.pushed
+        if m.metadata.message_type == "evaluate" and m.metadata.group_id == str(rnd)
+    ]
+    weights = [10 * (n - 1000) for n in nodes]  # partition = node - 1001
+    accuracy = sum(w * (n - 1001) / 10 for w, n in zip(weights, nodes, strict=True))
+    return {"accuracy": accuracy / sum(weights), wire.NUM_EXAMPLES: float(sum(weights))}
+
+
+def _run(order_seed: int | None = None, **options):  # type: ignore[no-untyped-def]
+    order = None
+    if order_seed is not None:
+        rng = random.Random(order_seed)
+
+        def order(replies: list[Message]) -> list[Message]:
+            shuffled = list(replies)
+            rng.shuffle(shuffled)
+            return shuffled[: max(1, len(shuffled) // 2)]
+
+    grid = InProcessGrid(EvaluatingToy(), 4, order=order)
+    strategy = EdgeStrategy(threshold=2, clock=virtual(), shares=EQUAL, **options)
+    result = strategy.start(grid, model(0.0), num_rounds=3, evaluate_fn=accuracy_fn())
+    return strategy, result, grid
+
+
+def test_idle_nodes_evaluate_each_new_global_and_replies_are_averaged_by_examples() -> None:
+    strategy, result, grid = _run(fraction_evaluate=0.5, min_evaluate_nodes=2)
+    assert set(result.evaluate_metrics_clientapp) == {1, 2, 3}
+    for rnd in (1, 2, 3):
+        sent = [
+            m
+            for m in grid.pushed
+            if m.metadata.message_type == "evaluate" and m.metadata.group_id == str(rnd)
+        ]
+        assert len(sent) == 2  # max(2, ceil(0.5 x 4))
+        got = dict(result.evaluate_metrics_clientapp[rnd])
+        assert got == pytest.approx(_expected(grid, rnd))
+    assert len(strategy.history) == 3
+
+
+def test_evaluation_keeps_the_history_independent_of_arrival_order() -> None:
+    runs = [_run(seed, fraction_evaluate=1.0) for seed in (None, 1, 2)]
+    histories = [[h.to_json() for h in s.history] for s, _, _ in runs]
+    assert histories[1] == histories[0]
+    assert histories[2] == histories[0]
+    metrics = [
+        {r: dict(m) for r, m in res.evaluate_metrics_clientapp.items()} for _, res, _ in runs
+    ]
+    assert metrics[1] == metrics[0] == metrics[2]
+
+
+def test_without_fraction_evaluate_nothing_is_sent_and_the_log_says_so() -> None:
+    with flwr_logs() as caplog:
+        _, result, grid = _run()
+    assert result.evaluate_metrics_clientapp == {}
+    assert {m.metadata.message_type for m in grid.pushed} == {"train"}
+    assert "client-side evaluation: off (fraction_evaluate=0.0" in caplog.text
+
+
+def test_an_evaluate_config_without_fraction_evaluate_is_warned_about() -> None:
+    grid = InProcessGrid(EvaluatingToy(), 4)
+    strategy = EdgeStrategy(threshold=2, clock=virtual(), shares=EQUAL)
+    with flwr_logs() as caplog:
+        strategy.start(grid, model(0.0), num_rounds=1, evaluate_config=ConfigRecord({"x": 1}))
+    assert "evaluate_config given but fraction_evaluate is 0" in caplog.text
+
+
+def test_aggregate_evaluate_matches_a_hand_weighted_mean_and_skips_bad_replies() -> None:
+    from flwr.app import Error
+
+    strategy = EdgeStrategy(threshold=2)
+    query = Message(RecordDict({}), 1001, "evaluate")
+    good = [(30, 0.9, 0.1), (10, 0.5, 0.7)]
+    replies = [
+        Message(
+            RecordDict({"m": MetricRecord({wire.NUM_EXAMPLES: n, "accuracy": acc, "loss": loss})}),
+            reply_to=query,
+        )
+        for n, acc, loss in good
+    ]
+    replies.append(Message(Error(0, "boom"), reply_to=query))
+    replies.append(Message(RecordDict({"m": MetricRecord({"accuracy": 1.0})}), reply_to=query))
+    got = strategy.aggregate_evaluate(1, replies)
+    assert got is not None
+    assert got["accuracy"] == pytest.approx((30 * 0.9 + 10 * 0.5) / 40)
+    assert got["loss"] == pytest.approx((30 * 0.1 + 10 * 0.7) / 40)
+    assert got[wire.NUM_EXAMPLES] == 40
+    assert aggregate_evaluate_replies([]) is None
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"fraction_evaluate": 1.5}, r"fraction_evaluate must be in \[0, 1\], got 1.5"),
+        ({"min_evaluate_nodes": -1}, "min_evaluate_nodes must be an integer >= 0"),
+    ],
+)
+def test_bad_evaluation_options_name_the_field(options: dict[str, object], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        EdgeStrategy(threshold=2, **options)  # type: ignore[arg-type]
