@@ -136,6 +136,20 @@ def profile_cpu(throttle: float) -> dict[str, float]:
     }
 
 
+ROUND_LINE = re.compile(r"\[(\w[\w-]*) round (\d+)\] t=([0-9.]+) .* metric=([0-9.eE+-]+)")
+
+
+def curve_from_log(log: str) -> list[list[float]]:
+    """Return ``[time, accuracy]`` per aggregation from the strategy's round lines."""
+    return [[float(t), float(m)] for _, _, t, m in ROUND_LINE.findall(log)]
+
+
+def final_within(curve: list[list[float]], budget: float) -> float:
+    """Return the accuracy of the last global model published within ``budget`` seconds."""
+    inside = [acc for t, acc in curve if t <= budget]
+    return inside[-1] if inside else math.nan
+
+
 def time_to(curve: list[list[float]], target: float) -> float | None:
     """Return the first wall time at which the accuracy reached ``target`` (None: never)."""
     return next((t for t, acc in curve if acc >= target), None)
@@ -157,10 +171,23 @@ def run_strategy(
     return result
 
 
+def summary_line(name: str, res: dict[str, Any], target: float) -> str:
+    """One line per strategy: wall time, aggregations, time to target, last accuracy."""
+    curve = res["curve"]
+    reached = time_to(curve, target)
+    return (
+        f"{name:14s} wall {res['wall']:6.1f} s  aggregations {len(curve):3d}  "
+        f"time to {target}: {'never' if reached is None else f'{reached:.1f} s'}  "
+        f"last {curve[-1][1] if curve else math.nan:.4f}  "
+        f"overhead {res['overhead']:.1f} s  slice {res['slice_budget']}  events {res['events']}"
+    )
+
+
 def verdicts(results: dict[str, dict[str, Any]], target: float) -> list[str]:
     """Check the targets of issue 12 and return one line per target."""
     t = {k: time_to(v["curve"], target) for k, v in results.items()}
-    final = {k: (v["curve"][-1][1] if v["curve"] else math.nan) for k, v in results.items()}
+    budget = float(results["fedavg"]["wall"]) if "fedavg" in results else math.inf
+    final = {k: final_within(v["curve"], budget) for k, v in results.items()}
     lines = []
 
     def ratio(a: str, b: str, bound: float) -> None:
@@ -190,6 +217,26 @@ def verdicts(results: dict[str, dict[str, Any]], target: float) -> list[str]:
     return lines
 
 
+def reanalyze(workdir: Path, target: float) -> dict[str, dict[str, Any]]:
+    """Rebuild every run's curve from the logs of a finished benchmark in ``workdir``.
+
+    FedAvg's curve is its result line (one evaluation per round); the asynchronous
+    strategies' curves are their ``[name round N] t=T ... metric=M`` lines (the global model
+    of each aggregation).
+    """
+    results: dict[str, dict[str, Any]] = {}
+    for path in sorted(workdir.glob("flwr-run-*.log")):
+        log = path.read_text(encoding="utf-8", errors="replace")
+        found = RESULT.findall(log)
+        if not found:
+            continue
+        res: dict[str, Any] = json.loads(found[-1])
+        if res["strategy"] != "fedavg":
+            res["curve"] = curve_from_log(log)
+        results[res["strategy"]] = res
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=8)
@@ -204,7 +251,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-check", action="store_true", help="profile CPU N 1x vs slow")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--reanalyze", type=Path, default=None, help="workdir of a past run")
     args = parser.parse_args(argv)
+    if args.reanalyze is not None:
+        results = reanalyze(args.reanalyze, args.target)
+        for name, res in results.items():
+            print(summary_line(name, res, args.target))
+        for line in verdicts(results, args.target):
+            print(line)
+        if args.out:
+            args.out.write_text(json.dumps({"results": results}, indent=1, sort_keys=True))
+        return 0
     names = [s.strip() for s in args.strategies.split(",") if s.strip()]
     record: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}}
 
@@ -243,15 +300,7 @@ def main(argv: list[str] | None = None) -> int:
                 overhead = float(res["overhead"])
                 if name == "fedavg" and budget <= 0:
                     budget = float(res["wall"])
-                curve = res["curve"]
-                print(
-                    f"{name:14s} wall {res['wall']:7.1f} s  aggregations {len(curve):3d}  "
-                    f"time to {args.target}: {time_to(curve, args.target)}  "
-                    f"final {curve[-1][1] if curve else float('nan'):.4f}  "
-                    f"overhead {res['overhead']:.2f} s  slice {res['slice_budget']}  "
-                    f"events {res['events']}",
-                    flush=True,
-                )
+                print(summary_line(name, res, args.target), flush=True)
     record["results"] = results
     record["verdicts"] = verdicts(results, args.target)
     record["total_seconds"] = time.monotonic() - t_start

@@ -179,6 +179,10 @@ def main(grid: Grid, context: Context) -> None:
         evaluate_fn=evaluate,
     )
     wall = time.monotonic() - t0
+    history = getattr(strategy, "history", None)
+    if history is not None:  # the asynchronous strategies: the global model per aggregation
+        # (evaluate_fn also sees the leave-one-out models of edge's valuation: not a curve)
+        curve = [(rec.time, float(rec.metrics.get("accuracy", "nan"))) for rec in history]
     events = getattr(strategy, "events", [])
     kinds: dict[str, int] = {}
     for event in events:
