@@ -112,6 +112,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="average the radar areas over every axis order instead of the seed's C, G, M, D",
     )
     plan.add_argument(
+        "--drop-empty-axes",
+        action="store_true",
+        help="leave a resource axis on which no node scores out of the radar chart (the seed "
+        "keeps all four: C, G, M, D)",
+    )
+    plan.add_argument(
         "--seconds-per-sample",
         metavar="K0",
         default="1.0",
@@ -284,6 +290,7 @@ def build_plan(
     method: str = "seed",
     order_invariant: bool = False,
     seconds_per_sample: float = 1.0,
+    drop_empty_axes: bool = False,
 ) -> tuple[dict[str, Any], Allocation]:
     """Compute the plan: scores, match ratios, initial shares and the rebalanced allocation.
 
@@ -303,7 +310,9 @@ def build_plan(
     )
     ev = np.asarray(evaluations, dtype=np.float64)
     scores = standardise(ev)
-    ratios = match_ratios(ev, compute_share, order_invariant=order_invariant)
+    ratios = match_ratios(
+        ev, compute_share, order_invariant=order_invariant, drop_empty_axes=drop_empty_axes
+    )
     models, active = _time_models(ids, ratios, observations or {}, seconds_per_sample)
     caps: list[int | None] = [c if a else 0 for c, a in zip(capacities, active, strict=True)]
     try:
@@ -431,6 +440,7 @@ def run_plan(args: argparse.Namespace) -> int:
         method=args.method,
         order_invariant=args.order_invariant,
         seconds_per_sample=k0,
+        drop_empty_axes=args.drop_empty_axes,
     )
     if plot is not None:
         plot(evaluations, share, ids, args.plot)
@@ -448,6 +458,7 @@ def run_plan(args: argparse.Namespace) -> int:
         method=other_method,
         order_invariant=args.order_invariant,
         seconds_per_sample=k0,
+        drop_empty_axes=args.drop_empty_axes,
     )
     sys.stdout.write(format_plan(doc, other, max(0, args.max_rows)) + "\n")
     if not observations:

@@ -301,3 +301,19 @@ def test_plan_bad_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     obs = write(tmp_path, "o.json", {"pi4": [[1, math.pi, 3]]})
     fails([*base, "--observations", obs], capsys, "must be a [load, seconds] pair")
     fails([*base, "--plot", str(tmp_path / "no" / "r.png")], capsys, "does not exist")
+
+
+def test_plan_keeps_four_axes_unless_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two GPU-less nodes: 70/30 on the seed's four axes, 63/37 with the empty G axis dropped."""
+    nodes = [
+        {"id": "a", "resources": {"cpu": 1.0, "memory": 1.0, "disk": 1.0}},
+        {"id": "b", "resources": {"cpu": 1.0, "memory": 1.0, "disk": 0.43}},
+    ]
+    profiles = write(tmp_path, "p.json", {"nodes": nodes})
+    argv = ["plan", "--profiles", profiles, "--total-samples", "100", "--compute-share", "0.4"]
+    four = run_json([*argv, "--json"], capsys)
+    three = run_json([*argv, "--drop-empty-axes", "--json"], capsys)
+    assert [n["samples"] for n in four["nodes"]] == [70, 30]
+    assert [n["samples"] for n in three["nodes"]] == [63, 37]
