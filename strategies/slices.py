@@ -11,8 +11,9 @@ node hears of a newer global model at the next slice boundary and the abandon ru
 * on a virtual clock, :data:`INITIAL_BUDGET` virtual seconds, fixed (results must not depend
   on the host's speed).
 
-With a soft per-message ``deadline``, an automatic budget is at most half of it, so that a
-slice and its overhead fit in the deadline.
+With a fixed soft per-message ``deadline`` (seconds), an automatic budget is at most half of
+it, so that a slice and its overhead fit in the deadline; an ``"auto"`` deadline follows the
+observed round trips, slices included (:mod:`strategies.deadlines`).
 
 A number sets the budget (seconds; virtual seconds under a virtual clock; 0 = no slicing).
 """
