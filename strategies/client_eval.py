@@ -20,6 +20,8 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from flwr.common.logger import log
 
 from flower_edge import validate, wire
+from strategies.dispatch import Dispatcher
+from strategies.membership import Node
 
 __all__ = ["ClientEvaluation", "aggregate_evaluate_replies"]
 
@@ -130,6 +132,24 @@ class ClientEvaluation:
             self.replies.setdefault(rnd, []).append(reply)
         self.expected[rnd] -= 1
         return rnd if self.expected[rnd] == 0 else None
+
+    def start_round(
+        self, rnd: int, nodes: Iterable[Node], arrays: ArrayRecord, dispatcher: Dispatcher
+    ) -> None:
+        """Send global ``rnd`` to ``fraction_evaluate`` of the idle ``nodes``."""
+        every = list(nodes)
+        idle = {n.node_id: n for n in every if n.outstanding is None and not n.gone}
+        chosen = self.sample(rnd, list(idle), len(every))
+        messages = [self.message(n, rnd, arrays) for n in chosen]
+        for message_id, node_id in dispatcher.push_plain(messages, [idle[n] for n in chosen]):
+            self.sent(message_id, rnd)
+            dispatcher.record(node_id, -1, "sent", rnd)  # job -1: an evaluation
+
+    def take(self, message_id: str) -> tuple[int, MetricRecord] | None:
+        """Take the (pulled or lost) reply to ``message_id``; return a completed round."""
+        rnd = self.received(self.replies_in.pop(message_id, None), message_id)
+        metrics = None if rnd is None else self.result(rnd)
+        return None if rnd is None or metrics is None else (rnd, metrics)
 
     def result(self, rnd: int) -> MetricRecord | None:
         """Return the aggregated metrics of round ``rnd`` (and forget its replies)."""

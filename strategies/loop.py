@@ -38,7 +38,6 @@ Rules
 
 from __future__ import annotations
 
-import math
 from logging import INFO, WARNING
 from typing import TYPE_CHECKING
 
@@ -48,13 +47,10 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
 
-from flower_edge import wire
-from flower_edge.aggregation import check_update
 from flower_edge.arrays import NDArray
 from strategies.abandon import AbandonPolicy
 from strategies.checkpoint import (
     CheckpointStore,
-    buffer_entry,
 )
 from strategies.client_eval import ClientEvaluation
 from strategies.convergence import ConvergenceStop
@@ -72,8 +68,9 @@ from strategies.records import (
     Update,
     parse_reply_for,
     train_metrics,
+    update_problem,
 )
-from strategies.resume import resume_from_checkpoint, save_checkpoint
+from strategies.resume import resume_from_checkpoint, save_buffered_update, save_checkpoint
 from strategies.shares import SharePlanner
 
 if TYPE_CHECKING:
@@ -291,11 +288,7 @@ class EventLoop:
                 node.node_id,
                 self.timeout,
             )
-            self._event(node.node_id, sent.job_id, "forgotten", self.version)
-            self.membership.missed(node, registered)
-            self._profile_answer(node, None, "no reply to its first message")
-            if self.client_eval.owns(sent.message_id):
-                self._on_evaluated(sent.message_id)
+            self._forgotten(sent, node, registered)
         self._start_idle_jobs()
 
     def _stalled(self) -> bool:
@@ -341,9 +334,15 @@ class EventLoop:
         registered = set() if self.clock.is_virtual else self.membership.registered_ids()
         if not self.clock.is_virtual and node.node_id not in registered:
             self.dispatcher.forget(sent)  # it left: no need to wait for the timeout
-            self._event(node.node_id, sent.job_id, "forgotten", self.version)
-            self.membership.missed(node, registered)
-            self._profile_answer(node, None, "no reply to its first message")
+            self._forgotten(sent, node, registered)
+
+    def _forgotten(self, sent: Sent, node: Node, registered: set[int]) -> None:
+        """Count a message that will get no reply as a miss of its node."""
+        self._event(node.node_id, sent.job_id, "forgotten", self.version)
+        self.membership.missed(node, registered)
+        self._profile_answer(node, None, "no reply to its first message")
+        if self.client_eval.owns(sent.message_id):
+            self._on_evaluated(sent.message_id)
 
     def _reject(self, node: Node, job_id: int, reason: str) -> None:
         """Log a rejected reply; the node waits for the next version."""
@@ -393,26 +392,11 @@ class EventLoop:
         else:
             self._on_finished(node, job, reply, when)
 
-    def _start_evaluation(self, rnd: int) -> None:
-        """Send the new global ``rnd`` to ``fraction_evaluate`` of the idle nodes."""
-        idle = [n.node_id for n in self.nodes.values() if n.outstanding is None and not n.gone]
-        chosen = self.client_eval.sample(rnd, idle, len(self.nodes))
-        messages = [self.client_eval.message(n, rnd, self.global_record) for n in chosen]
-        for msg_id, node_id in self.dispatcher.push_plain(
-            messages, [self.nodes[n] for n in chosen]
-        ):
-            self.client_eval.sent(msg_id, rnd)
-            self._event(node_id, -1, "sent", self.version, detail="evaluate")
-
     def _on_evaluated(self, message_id: str) -> None:
         """Take an evaluate reply (or its loss); store the round's metrics once all are in."""
-        rnd = self.client_eval.received(
-            self.client_eval.replies_in.pop(message_id, None), message_id
-        )
-        if rnd is not None:
-            metrics = self.client_eval.result(rnd)
-            if metrics is not None:
-                self.result.evaluate_metrics_clientapp[rnd] = metrics
+        done = self.client_eval.take(message_id)
+        if done is not None:
+            self.result.evaluate_metrics_clientapp[done[0]] = done[1]
 
     def _profile_answer(self, node: Node, profile: ProfileRecord | None, reason: str) -> None:
         """Pass a node's answer to its profile request on to the share planner."""
@@ -436,25 +420,18 @@ class EventLoop:
             node, job, self.version, self.global_record, self.evaluation.last_values
         )
 
-    def _acceptance_problem(self, node: Node, job: Job, reply: TrainReply, base: int) -> str | None:
-        """Return why a finished update cannot enter the buffer (``None`` if it can)."""
-        loop = self.strategy.loop
-        staleness = self.version - base
-        if loop.staleness_bound is not None and staleness > loop.staleness_bound:
-            return f"staleness {staleness} beyond the bound {loop.staleness_bound}"
-        if node.late and not loop.accept_late:
-            return "missed its deadline (accept_late is off)"
-        reason = check_update(list(reply.arrays or ()), self.global_arrays)
-        if reason is not None:
-            return reason
-        if job.share > 0 and reply.num_examples > self.strategy.shares.absurd_factor * job.share:
-            return f"absurd {wire.NUM_EXAMPLES} {reply.num_examples} for a share of {job.share}"
-        return None
-
     def _on_finished(self, node: Node, job: Job, reply: TrainReply, when: float) -> None:
         """Accept a finished update into the buffer; aggregate if that is due."""
         base = job.base_version if reply.base_version is None else reply.base_version
-        reason = self._acceptance_problem(node, job, reply, base)
+        reason = update_problem(
+            reply,
+            job.share,
+            self.version - base,
+            late=node.late,
+            loop=self.strategy.loop,
+            absurd_factor=self.strategy.shares.absurd_factor,
+            global_arrays=self.global_arrays,
+        )
         if reason is not None:
             self._reject(node, job.job_id, reason)
             return
@@ -482,14 +459,7 @@ class EventLoop:
         node.job = None
         node.last_base = base
         node.late = False
-        if self.store is not None:
-            # persisted before any aggregation it may trigger: a kill during that
-            # aggregation's checkpoint loses nothing accepted (resume re-aggregates it)
-            self.store.save_buffered(
-                [buffer_entry(u, self.start_time) for u in self.buffer],
-                buffer_entry(update, self.start_time),
-                update.arrays,
-            )
+        save_buffered_update(self, update)  # before the aggregation it may trigger
         if self.strategy.aggregation_due(len(self.buffer)):
             self._aggregate(when)
 
@@ -511,27 +481,11 @@ class EventLoop:
         self._prune_versions()
         metrics = self.evaluation.evaluate(rnd, self.global_arrays)
         contributions, values = self.evaluation.valuate(rnd, combined.total, len(updates), metrics)
-        total_w = math.fsum(combined.weights)
-        weights = tuple(w / total_w for w in combined.weights)
-        record = AggregationRecord(
-            round=rnd,
-            time=when - self.start_time,
-            participants=tuple(u.node_id for u in updates),
-            job_ids=tuple(u.job_id for u in updates),
-            base_versions=tuple(u.base_version for u in updates),
-            staleness=tuple(rnd - 1 - u.base_version for u in updates),
-            delays=tuple(u.delay for u in updates),
-            weights=weights,
-            raw_weights=tuple(combined.weights),
-            late=tuple(u.late for u in updates),
-            contributions=tuple(contributions),
-            values=tuple(values),
-            metrics={}
-            if metrics is None
-            else {k: float(v) for k, v in metrics.items() if isinstance(v, int | float)},
+        record = AggregationRecord.build(
+            rnd, when - self.start_time, updates, combined.weights, (contributions, values), metrics
         )
         self.strategy.history.append(record)
-        self._start_evaluation(rnd)
+        self.client_eval.start_round(rnd, self.nodes.values(), self.global_record, self.dispatcher)
         self.evaluation.record_values(record)
         self.abandon.refresh_from(self.nodes.values(), self.evaluation)
         metrics_out = train_metrics(record, updates, self.abandoned_total)
@@ -548,7 +502,7 @@ class EventLoop:
             record.time,
             list(record.participants),
             list(record.staleness),
-            [round(w, 4) for w in weights],
+            [round(w, 4) for w in record.weights],
             [round(v, 4) for v in values],
             metric,
         )

@@ -17,7 +17,7 @@ import numpy.typing as npt
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 
 from flower_edge import wire
-from flower_edge.aggregation import WeightedSum
+from flower_edge.aggregation import WeightedSum, check_update
 from flower_edge.errors import InputError
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "parse_reply_for",
     "parse_train_reply",
     "train_metrics",
+    "update_problem",
 ]
 
 NDArray = npt.NDArray[Any]
@@ -312,6 +313,41 @@ class AggregationRecord:
     values: tuple[float, ...]
     metrics: dict[str, float]
 
+    @classmethod
+    def build(
+        cls,
+        rnd: int,
+        time: float,
+        updates: Sequence[Update],
+        raw_weights: Sequence[float],
+        valued: tuple[Sequence[float], Sequence[float]],
+        metrics: MetricRecord | None,
+    ) -> AggregationRecord:
+        """Return the record of aggregation ``rnd`` of ``updates`` at ``time`` since the start.
+
+        ``raw_weights`` are normalised for :attr:`weights`; ``valued`` is (contributions,
+        values); only the numeric ``metrics`` are kept.
+        """
+        total = math.fsum(raw_weights)
+        contributions, values = valued
+        return cls(
+            round=rnd,
+            time=time,
+            participants=tuple(u.node_id for u in updates),
+            job_ids=tuple(u.job_id for u in updates),
+            base_versions=tuple(u.base_version for u in updates),
+            staleness=tuple(rnd - 1 - u.base_version for u in updates),
+            delays=tuple(u.delay for u in updates),
+            weights=tuple(w / total for w in raw_weights),
+            raw_weights=tuple(raw_weights),
+            late=tuple(u.late for u in updates),
+            contributions=tuple(contributions),
+            values=tuple(values),
+            metrics={}
+            if metrics is None
+            else {k: float(v) for k, v in metrics.items() if isinstance(v, int | float)},
+        )
+
     def to_json(self) -> dict[str, Any]:
         """Return a JSON-ready dict."""
         return {
@@ -506,3 +542,32 @@ def train_metrics(
         per_node[f"weight-{node_id}"] = per_node.get(f"weight-{node_id}", 0.0) + weight
     out.update(per_node)
     return MetricRecord(out)
+
+
+def update_problem(
+    reply: TrainReply,
+    share: int,
+    staleness: int,
+    *,
+    late: bool,
+    loop: Any,
+    absurd_factor: float,
+    global_arrays: Sequence[NDArray],
+) -> str | None:
+    """Return why a finished update cannot enter the buffer (``None`` if it can).
+
+    ``loop`` is the strategy's ``LoopConfig`` (``staleness_bound``, ``accept_late``); the
+    arrays must fit ``global_arrays``; more than ``absurd_factor`` times a known ``share`` of
+    examples is absurd.
+    """
+    bound = loop.staleness_bound
+    if bound is not None and staleness > bound:
+        return f"staleness {staleness} beyond the bound {bound}"
+    if late and not loop.accept_late:
+        return "missed its deadline (accept_late is off)"
+    reason = check_update(list(reply.arrays or ()), list(global_arrays))
+    if reason is not None:
+        return reason
+    if share > 0 and reply.num_examples > absurd_factor * share:
+        return f"absurd {wire.NUM_EXAMPLES} {reply.num_examples} for a share of {share}"
+    return None

@@ -22,12 +22,26 @@ from strategies.checkpoint import (
     buffered_updates,
 )
 from strategies.evaluation import to_record
-from strategies.records import AggregationRecord
+from strategies.records import AggregationRecord, Update
 
 if TYPE_CHECKING:
     from strategies.loop import EventLoop
 
-__all__ = ["resume_from_checkpoint", "save_checkpoint"]
+__all__ = ["resume_from_checkpoint", "save_buffered_update", "save_checkpoint"]
+
+
+def save_buffered_update(loop: EventLoop, update: Update) -> None:
+    """Persist a newly buffered update (with the buffer list) before it can trigger anything.
+
+    A kill during the aggregation it triggers, or that aggregation's checkpoint, then loses
+    nothing accepted: resume re-aggregates it.
+    """
+    if loop.store is not None:
+        loop.store.save_buffered(
+            [buffer_entry(u, loop.start_time) for u in loop.buffer],
+            buffer_entry(update, loop.start_time),
+            update.arrays,
+        )
 
 
 def save_checkpoint(loop: EventLoop, record: AggregationRecord) -> None:
