@@ -57,6 +57,7 @@ from strategies.convergence import ConvergenceStop
 from strategies.dispatch import Dispatcher
 from strategies.evaluation import EvaluateFn, ServerEvaluation, to_record
 from strategies.events import REPLY, DeadlineEvent, EventQueue, ReplyEvent, Sent
+from strategies.liveness import expire, on_deadline, stalled, wait
 from strategies.membership import Job, Membership, Node
 from strategies.records import (
     AggregationRecord,
@@ -142,7 +143,7 @@ class EventLoop:
             ConfigRecord() if train_config is None else train_config,
             sends_values=strategy.sends_values(),
             abandon=self.abandon,
-            record=self._event,
+            record=self.record_event,
             name=self.name,
         )
         self.inflight: dict[str, Sent] = self.dispatcher.inflight  # reply not yet pulled
@@ -174,14 +175,14 @@ class EventLoop:
         ):
             # killed while checkpointing the aggregation these updates triggered: redo it
             self._aggregate(max(u.received_at for u in self.buffer))
-        self._start_idle_jobs()
+        self.start_idle_jobs()
         while not self._finished():
             if not self._pump():
-                if self._stalled():
+                if stalled(self):
                     self.stopper.stop("stalled: no reply can arrive and no job can start")
                     log(WARNING, "%s: stopping, %s", self.name, self.stopper.reason)
                     break
-                self._wait()
+                wait(self)
         log(
             INFO,
             "%s finished after %d aggregations (%s), %.3f s after the start",
@@ -197,7 +198,7 @@ class EventLoop:
             if self.client_eval.owns(msg.metadata.reply_to_message_id):
                 self.client_eval.replies_in[msg.metadata.reply_to_message_id] = msg
         for message_id in list(self.client_eval.rounds):  # lost ones count as no reply
-            self._on_evaluated(message_id)
+            self.on_evaluated(message_id)
         self.result.arrays = to_record(self.keys, self.global_arrays)
         return self.result
 
@@ -214,7 +215,7 @@ class EventLoop:
         return ids
 
     # ================================================================== sending
-    def _start_idle_jobs(self) -> None:
+    def start_idle_jobs(self) -> None:
         """Send a new job, with the full model, to every node ready for the current version."""
         nodes = [n for n in self.nodes.values() if not self.planner.holds(n)]
         self.dispatcher.start_jobs(
@@ -227,7 +228,7 @@ class EventLoop:
         got = self.dispatcher.pull()
         for msg in got:
             self._receive(msg)
-        self._expire()
+        expire(self)
         if self.planner.check_deadline(self.nodes):
             self._shares_planned()
         handled = 0
@@ -240,11 +241,11 @@ class EventLoop:
             when, event = self.queue.pop()
             self.clock.advance_to(when)
             if isinstance(event, DeadlineEvent):
-                self._on_deadline(event)
+                on_deadline(self, event)
             else:
                 self._on_reply(event, when)
             if not self._finished():  # no new work after the last aggregation
-                self._start_idle_jobs()
+                self.start_idle_jobs()
             handled += 1
         return bool(got) or handled > 0
 
@@ -260,7 +261,9 @@ class EventLoop:
                 self.name,
                 src,
             )
-            self._event(src, -1, "rejected", self.version, detail="unknown or consumed message")
+            self.record_event(
+                src, -1, "rejected", self.version, detail="unknown or consumed message"
+            )
             return
         if self.client_eval.owns(reply_to):  # an evaluation: it only frees its node
             self.client_eval.replies_in[reply_to] = msg
@@ -273,77 +276,6 @@ class EventLoop:
         when = self.dispatcher.event_time(sent, reply)
         self.queue.push(when, REPLY, ReplyEvent(sent, reply, reason))
 
-    def _expire(self) -> None:
-        """Forget messages unanswered for ``timeout`` real seconds; count the misses."""
-        expired = self.dispatcher.expire()
-        if not expired:
-            return
-        registered = self.membership.registered_ids()
-        for sent in expired:
-            node = self.nodes[sent.node_id]
-            log(
-                WARNING,
-                "%s: node %s sent no reply within %.1f s: message forgotten",
-                self.name,
-                node.node_id,
-                self.timeout,
-            )
-            self._forgotten(sent, node, registered)
-        self._start_idle_jobs()
-
-    def _stalled(self) -> bool:
-        """Return whether no event can happen any more."""
-        if self.inflight or len(self.queue):
-            return False
-        if not self.clock.is_virtual:
-            self.membership.refresh(force=True)
-            self._start_idle_jobs()
-            if self.inflight:
-                return False
-        return self.membership.all_waiting(self.version)
-
-    def _wait(self) -> None:
-        """Sleep until the next event may be due (bounded by the poll interval)."""
-        # membership changes would break virtual determinism
-        if not self.clock.is_virtual and self.membership.refresh():
-            self._start_idle_jobs()
-        step = self.strategy.loop.poll_interval
-        if not self.clock.is_virtual and len(self.queue):
-            step = min(step, max(self.queue.head_time() - self.clock.now(), 0.0))
-        oldest = self.dispatcher.oldest_real_send()
-        if oldest is not None:
-            step = min(step, max(oldest + self.timeout - self.clock.real_now(), 0.0))
-        self.clock.sleep(max(step, 1e-6))
-
-    # ================================================================== handlers
-    def _on_deadline(self, event: DeadlineEvent) -> None:
-        """Mark a node whose message is still open at its deadline as late (gone: forget it)."""
-        sent = event.sent
-        if sent.message_id not in self.dispatcher.open:
-            return
-        node = self.nodes[sent.node_id]
-        node.late = True
-        log(
-            INFO,
-            "%s: node %s missed its %.1f s deadline: dropped from the round",
-            self.name,
-            node.node_id,
-            event.seconds,
-        )
-        self._event(node.node_id, sent.job_id, "late", self.version)
-        registered = set() if self.clock.is_virtual else self.membership.registered_ids()
-        if not self.clock.is_virtual and node.node_id not in registered:
-            self.dispatcher.forget(sent)  # it left: no need to wait for the timeout
-            self._forgotten(sent, node, registered)
-
-    def _forgotten(self, sent: Sent, node: Node, registered: set[int]) -> None:
-        """Count a message that will get no reply as a miss of its node."""
-        self._event(node.node_id, sent.job_id, "forgotten", self.version)
-        self.membership.missed(node, registered)
-        self._profile_answer(node, None, "no reply to its first message")
-        if self.client_eval.owns(sent.message_id):
-            self._on_evaluated(sent.message_id)
-
     def _reject(self, node: Node, job_id: int, reason: str) -> None:
         """Log a rejected reply; the node waits for the next version."""
         log(
@@ -354,7 +286,7 @@ class EventLoop:
             job_id,
             reason,
         )
-        self._event(node.node_id, job_id, "rejected", self.version, detail=reason)
+        self.record_event(node.node_id, job_id, "rejected", self.version, detail=reason)
         node.job = None
         node.last_base = self.version
 
@@ -366,16 +298,16 @@ class EventLoop:
         node.outstanding = None
         node.misses = 0
         if self.client_eval.owns(sent.message_id):
-            self._on_evaluated(sent.message_id)
+            self.on_evaluated(sent.message_id)
             return
         job = node.job
         if isinstance(event.reply, ProfileRecord) and job is not None:
             node.job = None  # a profile ends the job it was asked with
-            self._event(node.node_id, job.job_id, "profiled", self.version)
-            self._profile_answer(node, event.reply, "")
+            self.record_event(node.node_id, job.job_id, "profiled", self.version)
+            self.profile_answer(node, event.reply, "")
             return
         drop_in = isinstance(event.reply, TrainReply) and event.reply.drop_in
-        self._profile_answer(node, None, "plain" if drop_in else (event.reason or "no profile"))
+        self.profile_answer(node, None, "plain" if drop_in else (event.reason or "no profile"))
         if job is None or job.job_id != sent.job_id:
             self._reject(node, sent.job_id, "reply for a job that is no longer running")
             return
@@ -392,13 +324,13 @@ class EventLoop:
         else:
             self._on_finished(node, job, reply, when)
 
-    def _on_evaluated(self, message_id: str) -> None:
+    def on_evaluated(self, message_id: str) -> None:
         """Take an evaluate reply (or its loss); store the round's metrics once all are in."""
         done = self.client_eval.take(message_id)
         if done is not None:
             self.result.evaluate_metrics_clientapp[done[0]] = done[1]
 
-    def _profile_answer(self, node: Node, profile: ProfileRecord | None, reason: str) -> None:
+    def profile_answer(self, node: Node, profile: ProfileRecord | None, reason: str) -> None:
         """Pass a node's answer to its profile request on to the share planner."""
         if node.profile_pending:
             self.planner.answered(node, self.nodes, profile, reason)
@@ -415,7 +347,7 @@ class EventLoop:
         node.late = False  # lateness is per message: the next slice has its own deadline
         self._note_abandon(node, job, reply, base)
         job.base_version = base
-        self._event(node.node_id, job.job_id, "progress", base, reply.samples_processed or 0)
+        self.record_event(node.node_id, job.job_id, "progress", base, reply.samples_processed or 0)
         self.dispatcher.continue_job(
             node, job, self.version, self.global_record, self.evaluation.last_values
         )
@@ -454,7 +386,7 @@ class EventLoop:
             train_loss=reply.train_loss,
         )
         self.buffer.append(update)
-        self._event(node.node_id, job.job_id, "finished", base, reply.samples_processed or 0)
+        self.record_event(node.node_id, job.job_id, "finished", base, reply.samples_processed or 0)
         self.dispatcher.finished(job.job_id)
         node.job = None
         node.last_base = base
@@ -516,7 +448,9 @@ class EventLoop:
         if reply.abandoned:
             job.abandoned += 1
             self.abandoned_total += 1
-            self._event(node.node_id, job.job_id, "abandoned", base, reply.samples_processed or 0)
+            self.record_event(
+                node.node_id, job.job_id, "abandoned", base, reply.samples_processed or 0
+            )
 
     def _prune_versions(self) -> None:
         """Drop global versions that no job, buffered update or node still needs."""
@@ -527,7 +461,7 @@ class EventLoop:
         for v in [v for v in self.versions if v not in keep]:
             del self.versions[v]
 
-    def _event(
+    def record_event(
         self,
         node_id: int,
         job_id: int,

@@ -1,0 +1,105 @@
+"""Liveness of a run: messages that time out, soft deadlines, waiting, and stalls.
+
+Functions over a :class:`~strategies.loop.EventLoop`:
+
+- :func:`expire`: messages without a reply within ``start``'s ``timeout`` (real seconds) are
+  forgotten and count as a miss of their node (:meth:`Membership.missed`);
+- :func:`on_deadline`: a node whose message is still open at its soft deadline is marked
+  late (dropped from the round, never waited on); under a wall clock, a node no longer
+  registered then is forgotten there and then;
+- :func:`wait`: sleep until the next event may be due, re-reading membership (wall clock);
+- :func:`stalled`: whether no event can happen any more (the run then stops, saying why).
+"""
+
+from __future__ import annotations
+
+from logging import INFO, WARNING
+from typing import TYPE_CHECKING
+
+from flwr.common.logger import log
+
+from strategies.events import DeadlineEvent, Sent
+from strategies.membership import Node
+
+if TYPE_CHECKING:
+    from strategies.loop import EventLoop
+
+__all__ = ["expire", "forgotten", "on_deadline", "stalled", "wait"]
+
+
+def expire(loop: EventLoop) -> None:
+    """Forget messages unanswered for ``timeout`` real seconds; count the misses."""
+    expired = loop.dispatcher.expire()
+    if not expired:
+        return
+    registered = loop.membership.registered_ids()
+    for sent in expired:
+        node = loop.nodes[sent.node_id]
+        log(
+            WARNING,
+            "%s: node %s sent no reply within %.1f s: message forgotten",
+            loop.name,
+            node.node_id,
+            loop.timeout,
+        )
+        forgotten(loop, sent, node, registered)
+    loop.start_idle_jobs()
+
+
+def stalled(loop: EventLoop) -> bool:
+    """Return whether no event can happen any more."""
+    if loop.inflight or len(loop.queue):
+        return False
+    if not loop.clock.is_virtual:
+        loop.membership.refresh(force=True)
+        loop.start_idle_jobs()
+        if loop.inflight:
+            return False
+    return loop.membership.all_waiting(loop.version)
+
+
+def wait(loop: EventLoop) -> None:
+    """Sleep until the next event may be due (bounded by the poll interval)."""
+    # membership changes would break virtual determinism
+    if not loop.clock.is_virtual and loop.membership.refresh():
+        loop.start_idle_jobs()
+    step = loop.strategy.loop.poll_interval
+    if not loop.clock.is_virtual and len(loop.queue):
+        step = min(step, max(loop.queue.head_time() - loop.clock.now(), 0.0))
+    oldest = loop.dispatcher.oldest_real_send()
+    if oldest is not None:
+        step = min(step, max(oldest + loop.timeout - loop.clock.real_now(), 0.0))
+    loop.clock.sleep(max(step, 1e-6))
+
+
+# ================================================================== handlers
+
+
+def on_deadline(loop: EventLoop, event: DeadlineEvent) -> None:
+    """Mark a node whose message is still open at its deadline as late (gone: forget it)."""
+    sent = event.sent
+    if sent.message_id not in loop.dispatcher.open:
+        return
+    node = loop.nodes[sent.node_id]
+    node.late = True
+    log(
+        INFO,
+        "%s: node %s missed its %.1f s deadline: dropped from the round",
+        loop.name,
+        node.node_id,
+        event.seconds,
+    )
+    loop.record_event(node.node_id, sent.job_id, "late", loop.version)
+    registered = set() if loop.clock.is_virtual else loop.membership.registered_ids()
+    if not loop.clock.is_virtual and node.node_id not in registered:
+        loop.dispatcher.forget(sent)  # it left: no need to wait for the timeout
+        forgotten(loop, sent, node, registered)
+
+
+def forgotten(loop: EventLoop, sent: Sent, node: Node, registered: set[int]) -> None:
+    """Count a message that will get no reply as a miss of its node."""
+    loop.record_event(node.node_id, sent.job_id, "forgotten", loop.version)
+    loop.membership.missed(node, registered)
+    loop.profile_answer(node, None, "no reply to its first message")
+    if loop.client_eval.owns(sent.message_id):
+        loop.on_evaluated(sent.message_id)
