@@ -145,6 +145,8 @@ def _row(label: str, r: RunResult, extra: dict[str, Any] | None = None) -> dict[
         "iteration_makespan": r.extras.get("iteration_makespan"),
         "job_balance": r.extras.get("job_balance"),
         "samples_processed": r.extras.get("samples_processed"),
+        "abandon": dict(getattr(r, "abandon", {}) or {}),
+        "description": getattr(r, "description", ""),
         "load_average": os.getloadavg(),
         "curve": [[round(h.virtual_time, 4), round(h.accuracy, 4)] for h in r.history],
     }
