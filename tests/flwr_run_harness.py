@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import psutil
@@ -53,9 +55,9 @@ def flwr_run(app: Path, workdir: Path, extra: list[str], timeout: float) -> str:
     The local SuperLink that ``flwr run`` starts is stopped by its pid afterwards.
     """
     home = workdir / "flwr-home"
-    ray = workdir / "ray"
     home.mkdir(parents=True, exist_ok=True)
-    ray.mkdir(exist_ok=True)
+    # Ray's socket paths must stay under 108 bytes: a short folder, not one under workdir
+    ray = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
     env = dict(os.environ)
     env.update(
         FLWR_HOME=str(home),
@@ -85,3 +87,4 @@ def flwr_run(app: Path, workdir: Path, extra: list[str], timeout: float) -> str:
         ) from None
     finally:
         _stop(_local_superlinks(home))
+        shutil.rmtree(ray, ignore_errors=True)
