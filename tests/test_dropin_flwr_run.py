@@ -72,6 +72,7 @@ def test_clientapp_imports_nothing_from_flower_edge() -> None:
 
 
 @pytest.mark.simulation
+@pytest.mark.slow  # a Ray start and 4 ClientApps: 1-2 min on 2 shared cores; deploy/ci.sh
 @pytest.mark.timeout(300)
 @pytest.mark.xfail(
     strict=True,
