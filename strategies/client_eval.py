@@ -107,7 +107,9 @@ class ClientEvaluation:
         if want >= len(pool):
             return pool
         rng = np.random.default_rng(rnd)
-        return sorted(int(n) for n in rng.choice(pool, size=want, replace=False))
+        # choose positions, not ids: numpy turns a list of ids above 2**63 (Flower's node ids
+        # are uint64) into float64, which rounds them to ids that do not exist
+        return sorted(pool[int(i)] for i in rng.choice(len(pool), size=want, replace=False))
 
     def message(self, node_id: int, rnd: int, arrays: ArrayRecord) -> Message:
         """Build the evaluate message of round ``rnd`` for ``node_id``."""
