@@ -72,13 +72,7 @@ def test_clientapp_imports_nothing_from_flower_edge() -> None:
 
 
 @pytest.mark.simulation
-@pytest.mark.slow  # a Ray start and 4 ClientApps: 1-2 min on 2 shared cores; deploy/ci.sh
 @pytest.mark.timeout(300)
-@pytest.mark.xfail(
-    strict=True,
-    reason="client-side evaluation fails at 04:24 UTC: KeyError in "
-    "strategies/client_eval.py ClientEvaluation.start_round (a sampled node that is not idle)",
-)
 def test_quickstart_app_runs_edge_through_flwr_run(tmp_path: Path) -> None:
     # EdgeStrategy(threshold=2) needs K + 1 = 3 nodes; Flower's default federation has 2
     log = flwr_run(APP, tmp_path, ["--federation-config", "num-supernodes=4"], timeout=280)
