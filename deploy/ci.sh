@@ -4,9 +4,8 @@
 # training), a SuperNode killed mid-training and restarted, the ServerApp killed after an
 # aggregation and resumed from its checkpoint, the SuperLink restarted (SuperNodes survive with
 # the default database, end with --in-memory), an authenticated SuperNode restarted at once
-# (exit code 305, retried); and two runs of `flwr run` on the simulation engine: this repo's
-# app with 2, 6 and 20 SuperNodes, and the drop-in quickstart app (docs/dropin.md). They take
-# several minutes on a small machine,
+# (exit code 305, retried); and `flwr run .` of this repo's app on the simulation engine with
+# 2, 6 and 20 SuperNodes. They take several minutes on a small machine,
 # so the default test command (scripts/test.sh) leaves them out (marker "slow"); the
 # deployment test that fits its budget (tests/test_deploy_runtime.py) runs there.
 # Every process a test starts is stopped by its pid; ports are chosen free at run time.
@@ -18,4 +17,4 @@ source "$root/scripts/env.sh"
 cd "$root"
 exec "$root/.venv/bin/pytest" -m "slow" \
   tests/test_deploy_e2e.py tests/test_faults_deployment.py tests/test_deploy_restarts.py \
-  tests/test_sim_flwr_run_sizes.py tests/test_dropin_flwr_run.py "$@"
+  tests/test_sim_flwr_run_sizes.py "$@"
