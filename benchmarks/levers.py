@@ -8,6 +8,12 @@ setting (FedBuff's server lr, FedAsync's alpha). Every seed mechanism stays in t
 match-ratio shares and rebalancing, threshold K, weights ``c_i g(dt_i)``, leave-one-out
 values (through :class:`flower_edge.server_opt.StepSum`), the abandon rule.
 
+``epoch_cap`` caps each node's share at that many epochs of its own data
+(``ShareConfig.max_epochs``, the excess to the nodes below their caps). The rows of
+``docs/benchmarks/simulations-raw/issue10-levers.jsonl`` were measured before the loop split
+with a patch of the old loop that could also drop the excess (``redistribute`` false);
+that variant lost and is gone.
+
 One JSON line per run (``--jsonl``), as ``benchmarks/time_to_accuracy.py`` writes them.
 
 Example::
@@ -28,6 +34,7 @@ from typing import Any
 import numpy as np
 
 import simulations.app as sim_app
+from flower_edge.arrays import NDArray
 from flower_edge.server_opt import (
     ServerOptimizer,
     StepSum,
@@ -38,7 +45,7 @@ from flower_edge.server_opt import (
 from simulations.app import SimSettings
 from simulations.runner import run_experiment
 from strategies.edge import EdgeStrategy
-from strategies.loop import Combined, NDArray, Update
+from strategies.records import Combined, Update
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
 from time_to_accuracy import _emit, _row  # noqa: E402
@@ -164,6 +171,8 @@ def _patched_build(variant: dict[str, Any]) -> Any:
             options_valuation = ValuationConfig(mode="off")
         else:
             options_valuation = strategy.valuation
+        if "epoch_cap" in variant:  # the rest goes to the nodes below their caps
+            shares = replace(shares, max_epochs=float(variant["epoch_cap"]))
         if "total_fraction" in variant and shares.total_samples:
             total = max(1, round(shares.total_samples * float(variant["total_fraction"])))
             shares = replace(shares, total_samples=total)
@@ -183,70 +192,6 @@ def _patched_build(variant: dict[str, Any]) -> Any:
         )
 
     return build
-
-
-def _clip_shares(run: Any, redistribute: bool) -> None:
-    """Cap each node's share at its epoch cap; hand the excess to nodes with room, or drop it."""
-    caps: dict[int, int] = getattr(run, "_epoch_caps", {})
-    excess = 0
-    for node_id, node in run.nodes.items():
-        cap = caps.get(node_id)
-        if cap is not None and node.share > cap:
-            excess += node.share - cap
-            node.share = cap
-    if not redistribute or not excess:
-        return
-    room = {
-        i: caps[i] - n.share
-        for i, n in run.nodes.items()
-        if i in caps and not n.gone and n.share < caps[i]
-    }
-    while excess > 0 and room:
-        whole = sum(room.values())
-        for node_id in sorted(room):
-            give = min(room[node_id], excess, max(1, excess * room[node_id] // whole))
-            run.nodes[node_id].share += give
-            room[node_id] -= give
-            excess -= give
-            if excess == 0:
-                break
-        room = {i: r for i, r in room.items() if r > 0}
-
-
-def _install_epoch_cap(epochs: float, redistribute: bool) -> None:
-    """Cap every node's share at ``epochs`` x its local samples (from its profile)."""
-    import strategies.loop as loop_mod
-
-    run_cls = loop_mod._Run
-    assign = getattr(run_cls, "_orig_assign", run_cls._assign_initial_shares)
-    rebalance = getattr(run_cls, "_orig_rebalance", run_cls._rebalance)
-    run_cls._orig_assign = assign
-    run_cls._orig_rebalance = rebalance
-
-    def capped_assign(self: Any, ids: list[int], profiles: dict[int, Any]) -> None:
-        assign(self, ids, profiles)
-        self._epoch_caps = {
-            i: max(1, int(epochs * profiles[i].local_samples))
-            for i in ids
-            if i in profiles and profiles[i].local_samples > 0
-        }
-        _clip_shares(self, redistribute)
-
-    def capped_rebalance(self: Any) -> None:
-        rebalance(self)
-        _clip_shares(self, redistribute)
-
-    run_cls._assign_initial_shares = capped_assign
-    run_cls._rebalance = capped_rebalance
-
-
-def _uninstall_epoch_cap() -> None:
-    import strategies.loop as loop_mod
-
-    run_cls = loop_mod._Run
-    if hasattr(run_cls, "_orig_assign"):
-        run_cls._assign_initial_shares = run_cls._orig_assign
-        run_cls._rebalance = run_cls._orig_rebalance
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -272,10 +217,6 @@ def main(argv: list[str] | None = None) -> int:
         label, _, text = spec.partition(":")
         variant = json.loads(text) if text else {}
         _install(_patched_build(variant))
-        if "epoch_cap" in variant:
-            _install_epoch_cap(float(variant["epoch_cap"]), bool(variant.get("redistribute")))
-        else:
-            _uninstall_epoch_cap()
         for seed in args.seeds:
             s = SimSettings.create(args.scenario, args.strategy, seed=seed, shares=args.shares)
             if args.budget_fraction != 1.0:
