@@ -11,9 +11,10 @@ after each aggregation from each node's fitted ``T = k f + b``).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+import dataclasses
+from collections.abc import Hashable, Mapping, Sequence
 from logging import INFO
-from typing import Literal, Unpack, get_args
+from typing import Any, Final, Literal, Unpack, get_args
 
 import numpy as np
 from flwr.common.logger import log
@@ -23,14 +24,28 @@ from flower_edge.aggregation import WeightedSum
 from flower_edge.arrays import NDArray, cast_like
 from flower_edge.server_opt import staleness_scale
 from strategies.base import SemiAsyncStrategy, StrategyOptions
-from strategies.config import DEFAULT_PATIENCE, StopConfig
+from strategies.config import DEFAULT_PATIENCE, ShareConfig, StopConfig
 from strategies.records import Combined, Update
 
-__all__ = ["AGGREGATES", "Aggregate", "EdgeStrategy"]
+__all__ = ["AGGREGATES", "PRESETS", "PRESET_SHARES", "Aggregate", "EdgeStrategy", "PresetName"]
 
 Aggregate = Literal["models", "deltas"]
 AGGREGATES: tuple[str, ...] = get_args(Aggregate)
 """What EdgeStrategy averages: the local models (the seed) or their deltas from their bases."""
+
+PresetName = Literal["edge", "edge-seed"]
+#: EdgeStrategy's method options in each preset (measured in docs/benchmarks/simulations.md):
+#: ``edge`` is the project's best configuration, ``edge-seed`` the seeds' rule exactly
+PRESETS: Final[Mapping[str, Mapping[str, Any]]] = {
+    "edge": {"aggregate": "deltas", "server_lr": 1.0, "staleness_lr": True},
+    "edge-seed": {"aggregate": "models", "server_lr": 1.0, "staleness_lr": False},
+}
+#: the ShareConfig fields each preset sets (where the user's ShareConfig keeps the default):
+#: ``edge`` caps a node's share at 3 epochs of its own data; the seed's shares are uncapped
+PRESET_SHARES: Final[Mapping[str, Mapping[str, Any]]] = {
+    "edge": {"max_epochs": 3.0},
+    "edge-seed": {"max_share_fraction": 1.0, "max_epochs": None},
+}
 
 
 def _delta(array: NDArray, base: NDArray) -> NDArray:
@@ -144,6 +159,47 @@ class EdgeStrategy(SemiAsyncStrategy):
         self.aggregate, self.server_lr = self.validate_options(aggregate, server_lr)
         self.staleness_lr = validate.boolean("staleness_lr", staleness_lr)
         self.needs_bases = self.aggregate == "deltas"
+
+    @classmethod
+    def preset(
+        cls, name: PresetName, threshold: int, **options: Unpack[StrategyOptions]
+    ) -> EdgeStrategy:
+        """Return the ``"edge"`` (the project's best) or ``"edge-seed"`` (the seeds) strategy.
+
+        ``"edge"``: deltas from each update's base model with server lr 1.0 scaled by the
+        buffer's mean ``1/sqrt(1 + tau)`` (``staleness_lr``), shares capped at 3 epochs of
+        each node's own data; every seed mechanism stays on (match-ratio shares and
+        rebalancing, threshold K, decayed weights, leave-one-out values sent back, the
+        abandon rule, the convergence stop). ``"edge-seed"``: the seeds' rule exactly, model
+        averaging ``sum w_i x_i / sum w_i`` and uncapped shares ``F m_d / sum m``.
+
+        Parameters
+        ----------
+        name : {"edge", "edge-seed"}
+            The preset.
+        threshold : int
+            K.
+        **options : StrategyOptions
+            As the constructor's. A ``shares`` option keeps its own values; the preset sets
+            only the :data:`PRESET_SHARES` fields that it leaves at their defaults.
+
+        Examples
+        --------
+        >>> from strategies import EdgeStrategy
+        >>> best = EdgeStrategy.preset("edge", threshold=4)
+        >>> seed = EdgeStrategy.preset("edge-seed", threshold=4)
+        """
+        validate.choice("preset", name, tuple(PRESETS))
+        given = options.get("shares")
+        shares = ShareConfig() if given is None else given
+        default = ShareConfig()
+        fields = {
+            k: v
+            for k, v in PRESET_SHARES[name].items()
+            if getattr(shares, k) == getattr(default, k)
+        }
+        options["shares"] = dataclasses.replace(shares, **fields)
+        return cls(threshold, **PRESETS[name], **options)
 
     @staticmethod
     def validate_options(aggregate: object, server_lr: object) -> tuple[Aggregate, float]:
