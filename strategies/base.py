@@ -182,10 +182,13 @@ class SemiAsyncStrategy(Strategy):
             return float(update.share)
         return float(update.num_examples)
 
+    def updates_per_aggregation(self) -> int:
+        """Return the fewest buffered updates that trigger an aggregation (K + 1 here)."""
+        return next(n for n in range(1, self.threshold + 2) if self.aggregation_due(n))
+
     def min_nodes(self) -> int:
         """Return the nodes to wait for: ``loop.min_nodes``, or the fewest that can trigger."""
-        trigger = next(n for n in range(1, self.threshold + 2) if self.aggregation_due(n))
-        return self.loop.min_nodes or trigger
+        return self.loop.min_nodes or self.updates_per_aggregation()
 
     def check_node_count(self, count: int) -> None:
         """Raise ConfigError if ``count`` nodes can never reach the aggregation trigger."""

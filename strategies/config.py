@@ -7,6 +7,7 @@ baselines share them without copying ten arguments each.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
@@ -19,6 +20,7 @@ from flower_edge.errors import ConfigError
 
 __all__ = [
     "DEFAULT_PATIENCE",
+    "DEFAULT_PATIENCE_PASSES",
     "REBALANCE_METHODS",
     "VALUATION_MODES",
     "WEIGHT_BASES",
@@ -41,6 +43,8 @@ WEIGHT_BASES: tuple[str, ...] = get_args(WeightBasis)
 ProfileMode = Literal["quick", "full"]
 #: the edge strategy's plateau: stop after this many aggregations without a new best metric
 DEFAULT_PATIENCE = 20
+#: the plateau waits at least this many passes over the federation (StopConfig.patience_passes)
+DEFAULT_PATIENCE_PASSES = 2.0
 PROFILE_MODES: tuple[str, ...] = get_args(ProfileMode)
 
 GradientFn = Callable[[ArrayRecord], Sequence[npt.NDArray[Any]]]
@@ -290,16 +294,43 @@ class StopConfig:
         Stop after this many aggregations without an improvement of more than ``min_delta``.
     min_delta : float (default: 0.0)
         Smallest improvement that resets the patience counter; ``>= 0``.
+    patience_passes : float, optional
+        With ``patience`` set: wait at least this many passes over the federation, i.e.
+        ``ceil(patience_passes * nodes / updates per aggregation)`` aggregations, before
+        calling a plateau (``> 0``). With many nodes and few updates per aggregation most
+        nodes have not contributed yet after ``patience`` aggregations, and a noisy metric
+        on label-skewed data is not a plateau (measured on ``mnist1d-200-skew``).
     """
 
     target: float | None = None
     patience: int | None = None
     min_delta: float = 0.0
+    patience_passes: float | None = None
 
     def __post_init__(self) -> None:
         validate.number("target", self.target, allow_none=True)
         validate.integer("patience", self.patience, low=1, allow_none=True)
         _positive("min_delta", self.min_delta, allow_zero=True)
+        validate.number(
+            "patience_passes",
+            self.patience_passes,
+            low=0.0,
+            low_inclusive=False,
+            allow_none=True,
+        )
+
+    def effective_patience(self, nodes: int, per_aggregation: int) -> int | None:
+        """Return the plateau patience for ``nodes`` nodes and ``per_aggregation`` updates.
+
+        ``max(patience, ceil(patience_passes * nodes / per_aggregation))``; ``patience``
+        alone when ``patience_passes`` is unset; ``None`` when there is no plateau rule.
+        """
+        if self.patience is None or self.patience_passes is None:
+            return self.patience
+        validate.integer("nodes", nodes, low=1)
+        validate.integer("per_aggregation", per_aggregation, low=1)
+        passes = math.ceil(self.patience_passes * nodes / per_aggregation - 1e-9)
+        return max(self.patience, passes)
 
 
 @dataclass(frozen=True)

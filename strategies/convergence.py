@@ -42,6 +42,11 @@ class ConvergenceStop:
         self.best: float | None = None
         self.since_best = 0
         self.reason = ""
+        self.patience = config.patience
+
+    def size_for(self, nodes: int, per_aggregation: int) -> None:
+        """Scale the plateau patience to a federation (``StopConfig.patience_passes``)."""
+        self.patience = self.config.effective_patience(nodes, per_aggregation)
 
     def stop(self, reason: str) -> None:
         """Stop the run for ``reason`` (unless it already stopped)."""
@@ -73,7 +78,7 @@ class ConvergenceStop:
             self.since_best = 0
         else:
             self.since_best += 1
-            if stop.patience is not None and self.since_best >= stop.patience:
+            if self.patience is not None and self.since_best >= self.patience:
                 self.stop(
-                    f"plateau: no improvement > {stop.min_delta} in {stop.patience} aggregations"
+                    f"plateau: no improvement > {stop.min_delta} in {self.patience} aggregations"
                 )

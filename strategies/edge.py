@@ -24,7 +24,7 @@ from flower_edge.aggregation import WeightedSum
 from flower_edge.arrays import NDArray, cast_like
 from flower_edge.server_opt import staleness_scale
 from strategies.base import SemiAsyncStrategy, StrategyOptions
-from strategies.config import DEFAULT_PATIENCE, ShareConfig, StopConfig
+from strategies.config import DEFAULT_PATIENCE, DEFAULT_PATIENCE_PASSES, ShareConfig, StopConfig
 from strategies.records import Combined, Update
 
 __all__ = ["AGGREGATES", "PRESETS", "PRESET_SHARES", "Aggregate", "EdgeStrategy", "PresetName"]
@@ -144,7 +144,7 @@ class EdgeStrategy(SemiAsyncStrategy):
 
     name = "edge"
     #: the seed ends the task when the global model converges: a plateau stop by default
-    default_stop = StopConfig(patience=DEFAULT_PATIENCE)
+    default_stop = StopConfig(patience=DEFAULT_PATIENCE, patience_passes=DEFAULT_PATIENCE_PASSES)
 
     def __init__(
         self,

@@ -212,6 +212,7 @@ class EventLoop:
         self.strategy.check_node_count(len(ids))
         self.planner.check_node_count(len(ids))
         self.membership.admit(ids)
+        self.stopper.size_for(len(ids), self.strategy.updates_per_aggregation())
         return ids
 
     # ================================================================== sending

@@ -8,6 +8,7 @@ from conftest import ToyEdge, accuracy_fn, as_numpy, flwr_logs, model
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
 
 from flower_edge import wire
+from flower_edge.errors import ConfigError
 from strategies import (
     EdgeStrategy,
     InProcessGrid,
@@ -47,6 +48,42 @@ def test_stops_on_a_plateau_of_the_metric() -> None:
     strategy.start(InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=50, evaluate_fn=flat)
     # round 1 sets the best; rounds 2 and 3 do not improve it by more than 0.01
     assert len(strategy.history) == 3
+
+
+def test_the_plateau_waits_for_passes_over_the_federation() -> None:
+    def flat(_: int, arrays: ArrayRecord) -> MetricRecord:
+        return MetricRecord({"accuracy": 0.5})
+
+    # K = 2: 3 updates per aggregation; 3 passes over 4 nodes = ceil(3 * 4 / 3) = 4 > 2
+    strategy = _edge(stop=StopConfig(patience=2, min_delta=0.01, patience_passes=3.0))
+    strategy.start(InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=50, evaluate_fn=flat)
+    assert len(strategy.history) == 1 + 4
+    # fewer passes than the patience: the patience rules
+    strategy = _edge(stop=StopConfig(patience=2, min_delta=0.01, patience_passes=0.5))
+    strategy.start(InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=50, evaluate_fn=flat)
+    assert len(strategy.history) == 1 + 2
+
+
+@pytest.mark.parametrize("passes", [0.25, 0.5, 1.0, 2.0, 2.5, 3.0])
+def test_effective_patience_against_counting(passes: float) -> None:
+    for patience in (1, 5, 20):
+        config = StopConfig(patience=patience, patience_passes=passes)
+        for nodes in range(1, 60):
+            for per in range(1, 12):
+                # brute force: the fewest aggregations whose updates cover `passes` passes
+                count = next(a for a in range(10_000) if a * per >= passes * nodes)
+                assert config.effective_patience(nodes, per) == max(patience, count)
+    assert StopConfig(patience_passes=2.0).effective_patience(10, 3) is None
+    assert StopConfig(patience=7).effective_patience(1000, 1) == 7
+
+
+def test_patience_passes_must_be_positive() -> None:
+    with pytest.raises(ConfigError, match="patience_passes must be > 0, got 0"):
+        StopConfig(patience=3, patience_passes=0)
+
+
+def test_the_edge_strategy_scales_its_default_plateau() -> None:
+    assert EdgeStrategy(threshold=2).stop.patience_passes == 2.0
 
 
 def test_a_loss_metric_counts_lower_as_better() -> None:
