@@ -5,6 +5,8 @@ evaluates each new global model on the held-out digits test set (leave-one-out v
 reported accuracy) and, with ``checkpoint-dir``, writes a checkpoint and an audit line per
 aggregated update after each aggregation; ``resume = true`` continues from it.
 
+The strategy is the ``preset`` run-config key's (``"edge"``, the project's best configuration,
+by default; ``"edge-seed"``, the seeds exactly: :meth:`strategies.EdgeStrategy.preset`).
 Every seed mechanism is on: ``p_c`` of the radar chart comes from the operator analysis of the
 served MLP (0.40), slices give busy nodes preemption points, the abandon rule's theta is
 derived from the live scores unless ``theta`` >= 0 is in the run config, and the run stops on a
@@ -28,6 +30,7 @@ from flower_edge.errors import ConfigError
 from flower_edge.models import MLP
 from strategies import EdgeStrategy, LoopConfig, ShareConfig
 from strategies.config import AbandonConfig, StopConfig
+from strategies.edge import PRESETS
 
 app = ServerApp()
 
@@ -57,7 +60,13 @@ def build_strategy(context: Context) -> EdgeStrategy:
     target = _number(context, "target-accuracy")
     fixed = _number(context, "theta") if "theta" in cfg else -1.0
     theta = fixed if fixed >= 0 else None  # < 0: derived from the live scores
-    return EdgeStrategy(
+    preset = str(cfg.get("preset", "edge"))
+    if preset not in PRESETS:
+        raise ConfigError(
+            f"run config 'preset' must be one of {', '.join(PRESETS)}, got {preset!r}"
+        )
+    return EdgeStrategy.preset(
+        "edge" if preset == "edge" else "edge-seed",
         threshold=int(_number(context, "threshold")),
         decay=str(cfg["decay"]),
         decay_a=_number(context, "decay-a"),
