@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Final, Literal, get_args
+from typing import TYPE_CHECKING, Final, Literal, TypedDict, Unpack, cast, get_args
 
 from flower_edge import validate
 from flower_edge.errors import ConfigError, InputError
@@ -92,6 +92,18 @@ MESSAGE_TIMEOUT: Final = 600.0
 #: a share beyond the local data means more local epochs, and a fast node given many times
 #: its data both overfits its own labels (non-IID) and dominates the share-weighted average.
 MAX_SHARE_OVER_MEAN: Final = 3.0
+
+
+class SimOptions(TypedDict, total=False):
+    """The optional fields of :class:`SimSettings` that :meth:`SimSettings.create` passes on."""
+
+    decay: str
+    decay_a: float
+    alpha: float
+    theta: float | None
+    shares: ShareMode
+    aggregate: Aggregate | None
+    server_lr: float | None
 
 
 @dataclass(frozen=True)
@@ -178,7 +190,7 @@ class SimSettings:
         heterogeneity: float | None = None,
         threshold: int | None = None,
         slice_budget: float | None = None,
-        **options: Any,
+        **options: Unpack[SimOptions],
     ) -> SimSettings:
         """Resolve a scenario by name with overrides and build validated settings.
 
@@ -237,7 +249,7 @@ class SimSettings:
                 decay_a=real(DECAY_A),
                 alpha=real(ALPHA),
                 theta=real(THETA) if real(THETA) >= 0 else None,
-                shares=text(SHARES),
+                shares=cast(ShareMode, text(SHARES)),  # checked in __post_init__
             )
         except ConfigError:
             raise
