@@ -13,6 +13,7 @@ wait has a deadline.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -23,6 +24,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -32,6 +34,7 @@ VENV_BIN = Path(sys.executable).parent
 CONNECTION = "edge-test"
 
 __all__ = [
+    "result_of",
     "CONNECTION",
     "DEPLOY",
     "REPO",
@@ -56,6 +59,14 @@ def port_open(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(0.5)
         return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def result_of(log: str) -> dict[str, Any]:
+    """Return the last ``FLOWER-EDGE-RESULT {...}`` JSON a ServerApp printed in ``log``."""
+    found = re.findall(r"FLOWER-EDGE-RESULT (\{.*\})", log)
+    assert found, log[-5000:]
+    data: dict[str, Any] = json.loads(found[-1])
+    return data
 
 
 def wait_until(cond: Callable[[], bool], timeout: float, what: str, every: float = 0.25) -> None:

@@ -11,23 +11,15 @@ path in the default test command with numpy clients.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import pytest
-from deploy_harness import DEPLOY, deployment
+from deploy_harness import DEPLOY, deployment, result_of
 
 pytestmark = [pytest.mark.deployment, pytest.mark.slow, pytest.mark.timeout(600)]
 APP = DEPLOY / "app"
 NODE_CONFIGS = [{"partition-id": i, "num-partitions": 4} for i in range(4)]
-
-
-def result_of(log: str) -> dict[str, object]:
-    found = re.findall(r"FLOWER-EDGE-RESULT (\{.*\})", log)
-    assert found, log[-5000:]
-    data: dict[str, object] = json.loads(found[-1])
-    return data
 
 
 def test_edge_strategy_over_tls_with_node_auth(tmp_path: Path) -> None:

@@ -10,24 +10,15 @@ stopped by its pid at the end (``deploy_harness``), whatever happens.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
-from deploy_harness import deployment, wait_until
+from deploy_harness import deployment, result_of, wait_until
 
 pytestmark = [pytest.mark.deployment, pytest.mark.timeout(180)]
 APP = Path(__file__).parent / "deploy_app"
 NODE_CONFIGS = [{"partition-id": i, "num-partitions": 4} for i in range(4)]
-
-
-def result_of(log: str) -> dict[str, Any]:
-    found = re.findall(r"FLOWER-EDGE-RESULT (\{.*\})", log)
-    assert found, log[-5000:]
-    data: dict[str, Any] = json.loads(found[-1])
-    return data
 
 
 def test_edge_strategy_k2_over_tls_with_node_auth(tmp_path: Path) -> None:

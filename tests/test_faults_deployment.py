@@ -12,22 +12,14 @@ import json
 import re
 import signal
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
-from deploy_harness import Deployment, Proc, deployment, kill_tree, wait_until
+from deploy_harness import Deployment, Proc, deployment, kill_tree, result_of, wait_until
 
 pytestmark = [pytest.mark.deployment, pytest.mark.slow, pytest.mark.timeout(900)]
 APP = Path(__file__).parent / "deploy_app"
 NODE_CONFIGS = [{"partition-id": i, "num-partitions": 4} for i in range(4)]
-
-
-def result_of(log: str) -> dict[str, Any]:
-    found = re.findall(r"FLOWER-EDGE-RESULT (\{.*\})", log)
-    assert found, log[-5000:]
-    data: dict[str, Any] = json.loads(found[-1])
-    return data
 
 
 def node_id(proc: Proc) -> int:

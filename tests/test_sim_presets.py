@@ -64,14 +64,8 @@ def test_edge_names_each_departure_from_the_seed() -> None:
     assert all(c in describe(s) for c in changes)
 
 
-def test_a_run_with_the_seed_options_on_edge_names_only_the_cap() -> None:
+def test_a_run_with_the_seed_aggregation_on_edge_names_the_other_departures() -> None:
     s = SimSettings.create("digits-20", "edge", aggregate="models", server_lr=1.0)
-    if any(
-        strategy_defaults().get(k, v) != v
-        for k, v in SEED_OPTIONS.items()
-        if k not in ("aggregate", "server_lr")
-    ):
-        pytest.skip("EdgeStrategy's defaults depart from the seed in other options too")
     assert departures(s) == [
         "staleness_lr=True (seed: False)",  # the scenario's edge rule, not a SimSettings key
         f"shares capped at {MAX_SHARE_OVER_MEAN:g}x the mean (seed: uncapped)",
