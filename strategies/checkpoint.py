@@ -278,6 +278,8 @@ class RunState:
         Best test metric so far (plateau rule).
     since_best : int
         Aggregations since it improved.
+    recent : tuple[float, ...]
+        The test metrics of the plateau window (``StopConfig.window_passes``), oldest first.
     abandoned_total : int
         Abandoned jobs so far.
     values : Mapping[int, float]
@@ -306,6 +308,7 @@ class RunState:
     history: tuple[AggregationRecord, ...]
     train_metrics: Metrics
     evaluate_metrics: Metrics
+    recent: tuple[float, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """Return the JSON-ready dict written to ``state.json``."""
@@ -318,6 +321,7 @@ class RunState:
             "jobs": self.jobs,
             "best": self.best,
             "since_best": self.since_best,
+            "recent": list(self.recent),
             "abandoned_total": self.abandoned_total,
             "values": {str(k): v for k, v in self.values.items()},
             "last_values": [rnd, list(ids), list(vals)],
@@ -349,6 +353,7 @@ class RunState:
                 jobs=int(data["jobs"]),
                 best=None if best is None else float(best),
                 since_best=int(data["since_best"]),
+                recent=tuple(float(m) for m in data.get("recent", ())),  # absent before 12-01
                 abandoned_total=int(data["abandoned_total"]),
                 values={int(k): float(v) for k, v in data["values"].items()},
                 last_values=(int(rnd), tuple(int(i) for i in ids), tuple(float(v) for v in vals)),

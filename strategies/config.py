@@ -21,6 +21,7 @@ from flower_edge.errors import ConfigError
 __all__ = [
     "DEFAULT_PATIENCE",
     "DEFAULT_PATIENCE_PASSES",
+    "DEFAULT_WINDOW_PASSES",
     "REBALANCE_METHODS",
     "VALUATION_MODES",
     "WEIGHT_BASES",
@@ -44,7 +45,10 @@ ProfileMode = Literal["quick", "full"]
 #: the edge strategy's plateau: stop after this many aggregations without a new best metric
 DEFAULT_PATIENCE = 20
 #: the plateau waits at least this many passes over the federation (StopConfig.patience_passes)
-DEFAULT_PATIENCE_PASSES = 2.0
+DEFAULT_PATIENCE_PASSES = 4.0
+#: the plateau is judged on the mean metric of the last pass over the federation
+#: (StopConfig.window_passes): one aggregation's metric on label-skewed data is noise
+DEFAULT_WINDOW_PASSES = 1.0
 PROFILE_MODES: tuple[str, ...] = get_args(ProfileMode)
 
 GradientFn = Callable[[ArrayRecord], Sequence[npt.NDArray[Any]]]
@@ -300,12 +304,20 @@ class StopConfig:
         calling a plateau (``> 0``). With many nodes and few updates per aggregation most
         nodes have not contributed yet after ``patience`` aggregations, and a noisy metric
         on label-skewed data is not a plateau (measured on ``mnist1d-200-skew``).
+    window_passes : float, optional
+        With ``patience`` set: judge the plateau on the mean metric of the last
+        ``ceil(window_passes * nodes / updates per aggregation)`` aggregations instead of the
+        last one (``> 0``; no plateau is called before the window is full). On non-IID data
+        the metric of one aggregation swings by several points from one aggregation to the
+        next: a single lucky high is not a best to beat (docs/benchmarks/simulations.md).
+        ``target`` is always checked on the raw metric.
     """
 
     target: float | None = None
     patience: int | None = None
     min_delta: float = 0.0
     patience_passes: float | None = None
+    window_passes: float | None = None
 
     def __post_init__(self) -> None:
         validate.number("target", self.target, allow_none=True)
@@ -314,6 +326,13 @@ class StopConfig:
         validate.number(
             "patience_passes",
             self.patience_passes,
+            low=0.0,
+            low_inclusive=False,
+            allow_none=True,
+        )
+        validate.number(
+            "window_passes",
+            self.window_passes,
             low=0.0,
             low_inclusive=False,
             allow_none=True,
@@ -331,6 +350,18 @@ class StopConfig:
         validate.integer("per_aggregation", per_aggregation, low=1)
         passes = math.ceil(self.patience_passes * nodes / per_aggregation - 1e-9)
         return max(self.patience, passes)
+
+    def effective_window(self, nodes: int, per_aggregation: int) -> int:
+        """Return the aggregations whose mean metric the plateau rule compares.
+
+        ``ceil(window_passes * nodes / per_aggregation)`` (at least 1); 1 when
+        ``window_passes`` is unset.
+        """
+        if self.window_passes is None:
+            return 1
+        validate.integer("nodes", nodes, low=1)
+        validate.integer("per_aggregation", per_aggregation, low=1)
+        return max(1, math.ceil(self.window_passes * nodes / per_aggregation - 1e-9))
 
 
 @dataclass(frozen=True)

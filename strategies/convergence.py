@@ -7,6 +7,8 @@ the loop); the loop may also stop it for its own reasons (nothing can happen any
 
 from __future__ import annotations
 
+from collections import deque
+
 from strategies.config import StopConfig
 
 __all__ = ["ConvergenceStop"]
@@ -18,7 +20,8 @@ class ConvergenceStop:
     Parameters
     ----------
     config : StopConfig
-        Target and plateau (patience, min_delta).
+        Target and plateau (patience, min_delta, and the window of metrics whose mean is
+        compared, :meth:`StopConfig.effective_window`).
     higher_is_better : bool
         Direction of the metric.
     num_rounds : int
@@ -43,10 +46,19 @@ class ConvergenceStop:
         self.since_best = 0
         self.reason = ""
         self.patience = config.patience
+        self.recent: deque[float] = deque(maxlen=1)
 
     def size_for(self, nodes: int, per_aggregation: int) -> None:
-        """Scale the plateau patience to a federation (``StopConfig.patience_passes``)."""
+        """Scale the plateau patience and window to a federation (``StopConfig``'s passes)."""
         self.patience = self.config.effective_patience(nodes, per_aggregation)
+        window = self.config.effective_window(nodes, per_aggregation)
+        self.recent = deque(self.recent, maxlen=window)
+
+    def restore(self, best: float | None, since_best: int, recent: tuple[float, ...]) -> None:
+        """Take the plateau state of a checkpoint (:class:`~strategies.checkpoint.RunState`)."""
+        self.best = best
+        self.since_best = since_best
+        self.recent = deque(recent, maxlen=self.recent.maxlen)
 
     def stop(self, reason: str) -> None:
         """Stop the run for ``reason`` (unless it already stopped)."""
@@ -73,12 +85,19 @@ class ConvergenceStop:
         if stop.target is not None and self.sign * (metric - stop.target) >= 0:
             self.stop(f"target {stop.target} reached ({metric})")
             return
-        if self.best is None or self.sign * (metric - self.best) > stop.min_delta:
-            self.best = metric
+        self.recent.append(metric)
+        if len(self.recent) < (self.recent.maxlen or 1):
+            return  # the window is not full yet: no best, no plateau
+        smoothed = sum(self.recent) / len(self.recent)
+        if self.best is None or self.sign * (smoothed - self.best) > stop.min_delta:
+            self.best = smoothed
             self.since_best = 0
         else:
             self.since_best += 1
             if self.patience is not None and self.since_best >= self.patience:
+                size = len(self.recent)
+                over = "" if size == 1 else f" of the {size}-aggregation mean"
                 self.stop(
-                    f"plateau: no improvement > {stop.min_delta} in {self.patience} aggregations"
+                    f"plateau: no improvement > {stop.min_delta}{over} "
+                    f"in {self.patience} aggregations"
                 )

@@ -24,7 +24,13 @@ from flower_edge.aggregation import WeightedSum
 from flower_edge.arrays import NDArray, cast_like
 from flower_edge.server_opt import staleness_scale
 from strategies.base import SemiAsyncStrategy, StrategyOptions
-from strategies.config import DEFAULT_PATIENCE, DEFAULT_PATIENCE_PASSES, ShareConfig, StopConfig
+from strategies.config import (
+    DEFAULT_PATIENCE,
+    DEFAULT_PATIENCE_PASSES,
+    DEFAULT_WINDOW_PASSES,
+    ShareConfig,
+    StopConfig,
+)
 from strategies.records import Combined, Update
 
 __all__ = ["AGGREGATES", "PRESETS", "PRESET_SHARES", "Aggregate", "EdgeStrategy", "PresetName"]
@@ -143,8 +149,13 @@ class EdgeStrategy(SemiAsyncStrategy):
     """
 
     name = "edge"
-    #: the seed ends the task when the global model converges: a plateau stop by default
-    default_stop = StopConfig(patience=DEFAULT_PATIENCE, patience_passes=DEFAULT_PATIENCE_PASSES)
+    #: the seed ends the task when the global model converges: a plateau stop by default, on
+    #: the mean metric of the last pass, after 4 passes over the federation without a new best
+    default_stop = StopConfig(
+        patience=DEFAULT_PATIENCE,
+        patience_passes=DEFAULT_PATIENCE_PASSES,
+        window_passes=DEFAULT_WINDOW_PASSES,
+    )
 
     def __init__(
         self,

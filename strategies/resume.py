@@ -58,6 +58,7 @@ def save_checkpoint(loop: EventLoop, record: AggregationRecord) -> None:
         jobs=loop.dispatcher.last_job_id(),
         best=loop.stopper.best,
         since_best=loop.stopper.since_best,
+        recent=tuple(loop.stopper.recent),
         abandoned_total=loop.abandoned_total,
         values=dict(loop.evaluation.values),
         last_values=(rnd, tuple(ids), tuple(vals)),
@@ -94,8 +95,7 @@ def resume_from_checkpoint(loop: EventLoop, ids: list[int]) -> bool:
     loop.clock.advance_to(state.clock)
     loop.start_time = loop.clock.now() - state.elapsed  # wall clocks restart
     loop.dispatcher.resume_after(state.jobs)
-    loop.stopper.best = state.best
-    loop.stopper.since_best = state.since_best
+    loop.stopper.restore(state.best, state.since_best, state.recent)
     loop.abandoned_total = state.abandoned_total
     loop.evaluation.values = dict(state.values)
     rnd, vids, vals = state.last_values

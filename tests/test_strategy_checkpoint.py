@@ -270,3 +270,35 @@ def test_the_final_line_gives_seconds_since_the_start() -> None:
         caplog.text
     )
     assert "at clock" not in caplog.text
+
+
+def test_the_plateau_window_survives_a_resume(tmp_path: Path) -> None:
+    from flwr.app import ArrayRecord, MetricRecord
+
+    sequence = [0.1, 0.4, 0.2, 0.3, 0.35, 0.3, 0.32, 0.31, 0.3, 0.33, 0.3, 0.31, 0.3, 0.3]
+
+    def scripted(server_round: int, _: ArrayRecord) -> MetricRecord:
+        return MetricRecord({"accuracy": sequence[min(server_round, len(sequence) - 1)]})
+
+    stop = StopConfig(patience=3, window_passes=3.0)  # 4 nodes, 4 per aggregation: 3 metrics
+
+    def run(rounds: int, directory: Path | None, resume: bool = False) -> EdgeStrategy:
+        strategy = EdgeStrategy(
+            threshold=3,
+            clock=VirtualClock(wall=ManualClock()),
+            shares=SHARES,
+            stop=stop,
+            checkpoint_dir=directory,
+            resume=resume,
+        )
+        grid = InProcessGrid(ToyEdge(speeds=[10.0, 20.0, 40.0, 80.0]), 4)
+        strategy.start(grid, model(0.0), num_rounds=rounds, evaluate_fn=scripted)
+        return strategy
+
+    whole = run(14, None)
+    assert 4 < len(whole.history) < 14  # the windowed plateau stopped it
+    run(4, tmp_path)
+    state = json.loads((tmp_path / STATE_FILE).read_text())
+    assert state["recent"] == sequence[2:5]
+    resumed = run(14, tmp_path, resume=True)
+    assert len(resumed.history) == len(whole.history)

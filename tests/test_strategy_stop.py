@@ -83,7 +83,87 @@ def test_patience_passes_must_be_positive() -> None:
 
 
 def test_the_edge_strategy_scales_its_default_plateau() -> None:
-    assert EdgeStrategy(threshold=2).stop.patience_passes == 2.0
+    stop = EdgeStrategy(threshold=2).stop
+    assert (stop.patience, stop.patience_passes, stop.window_passes) == (20, 4.0, 1.0)
+    # mnist1d-100 (K = 10): a 10-aggregation window, 37 aggregations of patience
+    assert stop.effective_window(100, 11) == 10
+    assert stop.effective_patience(100, 11) == 37
+
+
+def _brute_plateau(metrics: list[float], window: int, patience: int, min_delta: float) -> int:
+    """The aggregation (1-based) at which the windowed plateau rule stops; 0 if it never does."""
+    best = None
+    since = 0
+    for i in range(len(metrics)):
+        if i + 1 < window:
+            continue
+        mean = sum(metrics[i + 1 - window : i + 1]) / window
+        if best is None or mean - best > min_delta:
+            best, since = mean, 0
+        else:
+            since += 1
+            if since >= patience:
+                return i + 1
+    return 0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_windowed_plateau_against_brute_force(seed: int) -> None:
+    from strategies.convergence import ConvergenceStop
+
+    rng = np.random.default_rng(seed)
+    # a noisy, slowly rising metric that flattens out: the shape of non-IID runs
+    n = 120
+    trend = 0.6 * (1 - np.exp(-np.arange(n) / 25.0))
+    metrics = [float(m) for m in trend + rng.normal(0.0, 0.08, n)]
+    for window_passes, patience_passes in ((None, 2.0), (1.0, 2.0), (1.0, 4.0), (2.5, 3.0)):
+        config = StopConfig(
+            patience=3,
+            min_delta=0.005,
+            patience_passes=patience_passes,
+            window_passes=window_passes,
+        )
+        stopper = ConvergenceStop(config, higher_is_better=True, num_rounds=n, time_budget=None)
+        stopper.size_for(30, 4)
+        stopped = 0
+        for i, m in enumerate(metrics):
+            stopper.observe(m)
+            if stopper.reason:
+                stopped = i + 1
+                break
+        window = config.effective_window(30, 4)
+        patience = config.effective_patience(30, 4)
+        assert patience is not None
+        assert stopped == _brute_plateau(metrics, window, patience, 0.005)
+
+
+def test_a_window_of_means_outlasts_one_lucky_high() -> None:
+    from strategies.convergence import ConvergenceStop
+
+    # a lucky 0.28 early, then noise around a mean that keeps rising: not a plateau
+    metrics = [0.1, 0.28, 0.12, 0.15, 0.2, 0.14, 0.22, 0.18, 0.24, 0.2, 0.26, 0.22, 0.27, 0.25]
+    raw = ConvergenceStop(
+        StopConfig(patience=6), higher_is_better=True, num_rounds=99, time_budget=None
+    )
+    windowed = ConvergenceStop(
+        StopConfig(patience=6, window_passes=1.0),
+        higher_is_better=True,
+        num_rounds=99,
+        time_budget=None,
+    )
+    windowed.size_for(8, 2)  # a window of 4 aggregations
+    for m in metrics:
+        raw.observe(m)
+        windowed.observe(m)
+    assert raw.reason.startswith("plateau")
+    assert windowed.reason == ""
+    assert windowed.best == pytest.approx(sum(metrics[-4:]) / 4)
+
+
+def test_window_passes_must_be_positive() -> None:
+    with pytest.raises(ConfigError, match="window_passes must be > 0, got -1"):
+        StopConfig(patience=3, window_passes=-1)
+    assert StopConfig(patience=3).effective_window(100, 1) == 1
 
 
 def test_a_loss_metric_counts_lower_as_better() -> None:
