@@ -1,0 +1,207 @@
+"""Exploration of the edge preset's settings on the bundled scenarios (issue 10, session 2).
+
+Each variant builds the simulation exactly as ``flower-edge simulate`` does (same devices,
+data, ClientApp, virtual clock; the in-process engine) and then changes the built edge
+strategy. A variant is ``label:JSON`` with any of these keys:
+
+``threshold``
+    K of the edge strategy (the round budget is recomputed so that the update budget stays
+    the scenario's).
+``server_lr``, ``staleness_lr``
+    The edge strategy's server step.
+``max_epochs``, ``max_share_over_mean``, ``total_fraction``, ``shares``
+    Share caps in epochs of a node's own data, in multiples of the mean share, the total
+    samples per round as a fraction of the scenario's, and any other ``ShareConfig`` field.
+``slice_budget``, ``theta``
+    Slice length (virtual seconds; 0 = whole jobs) and a fixed abandon threshold.
+``nostop``
+    No plateau stop (the round budget only). A run without the stop has the same history
+    as with it up to the aggregation where the stop would have ended it, so a stop rule can
+    be replayed on its curve.
+``anneal``
+    ``[start, floor]``: cosine decay of the server lr from ``start`` (fraction of the
+    round budget) down to ``floor`` times the server lr.
+``tau_decay``
+    Decay the weights by staleness in versions instead of delay in seconds.
+``nova``, ``wdata``
+    Weights ``n_i g(dt_i)`` (``n_i`` the node's own data size from its profile), with
+    (``nova``: FedNova's normalisation of each delta by its work) or without it.
+``strategy``, ``fedbuff_lr``
+    Run another strategy of the scenario (e.g. ``"fedbuff"``) with these settings.
+
+One JSON line per run (as ``benchmarks/time_to_accuracy.py`` writes them) to ``--jsonl``.
+
+Example::
+
+    python benchmarks/explore_edge.py --scenario digits-20 --seeds 0 1 2 3 4 \\
+        --jsonl out.jsonl 'cap2:{"max_epochs": 2.0, "server_lr": 1.0}' 'ref:{}'
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import strategies.edge as edge_module
+import strategies.loop as loop_module
+from flower_edge.server_opt import staleness_scale
+from simulations.app import SimSettings
+from simulations.runner import run_experiment
+from strategies.config import StopConfig
+from strategies.records import Combined, Update
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import time_to_accuracy as tta  # noqa: E402
+
+_ORIGINAL_INIT = loop_module.EventLoop.__init__
+
+
+def _remember_loop(self: Any, strategy: Any, *args: Any, **kwargs: Any) -> None:
+    """EventLoop.__init__ that lets the strategy reach its loop (profiles, for ``wdata``)."""
+    _ORIGINAL_INIT(self, strategy, *args, **kwargs)
+    strategy.explore_loop = self
+
+
+loop_module.EventLoop.__init__ = _remember_loop  # type: ignore[method-assign]
+
+
+def _data_weighted(strategy: Any, normalise: bool) -> Any:
+    """A combine with weights ``n_i g(dt_i)``, optionally FedNova-normalised deltas."""
+
+    def combine(
+        global_arrays: list[Any], updates: Sequence[Update], version: int, bases: dict[int, Any]
+    ) -> Combined:
+        profiles = strategy.explore_loop.planner.profiles
+        lr = strategy.server_lr
+        if strategy.staleness_lr:
+            lr *= staleness_scale([max(0, version - u.base_version) for u in updates])
+        weights, work = [], []
+        for u in updates:
+            p = profiles.get(u.node_id)
+            n = p.local_samples if p is not None and p.local_samples > 0 else u.num_examples
+            weights.append(float(n) * strategy.decay(u.delay))
+            work.append(float(max(1, u.share or u.num_examples)))
+        tau = sum(w * t for w, t in zip(weights, work, strict=True)) / sum(weights)
+        total = edge_module._StepSum(global_arrays, lr, deltas=True)
+        for u, w, t in zip(updates, weights, work, strict=True):
+            base = bases.get(u.base_version, global_arrays)
+            delta = [edge_module._delta(a, b) for a, b in zip(u.arrays, base, strict=True)]
+            if normalise:
+                delta = [d * (tau / t) for d in delta]
+            total.add((u.node_id, u.job_id), delta, w, checked=True)
+        return Combined(total.mean(), tuple(weights), total)
+
+    return combine
+
+
+def _annealed(strategy: Any, rounds: int, start: float, floor: float) -> Any:
+    """A combine whose server lr decays (cosine) from ``start`` of the budget to ``floor``."""
+    base_lr = strategy.server_lr
+    original = strategy.combine
+
+    def combine(g: Any, updates: Any, version: int, bases: Any) -> Combined:
+        frac = version / max(1, rounds)
+        x = min(1.0, max(0.0, (frac - start) / max(1e-9, 1.0 - start)))
+        strategy.server_lr = base_lr * (floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * x)))
+        return original(g, updates, version, bases)  # type: ignore[no-any-return]
+
+    return combine
+
+
+def _by_versions(strategy: Any, scale: float) -> Any:
+    """A combine that decays by staleness in versions instead of delay in seconds."""
+    original = strategy.combine
+
+    def combine(g: Any, updates: Sequence[Update], version: int, bases: Any) -> Combined:
+        stale = [
+            dataclasses.replace(u, delay=float(max(0, version - u.base_version)) * scale)
+            for u in updates
+        ]
+        return original(g, stale, version, bases)  # type: ignore[no-any-return]
+
+    return combine
+
+
+def _shares(s: Any, settings: SimSettings, variant: dict[str, Any]) -> Any:
+    """The built strategy's ShareConfig with the variant's share settings."""
+    shares = s.shares
+    if "max_epochs" in variant:
+        shares = dataclasses.replace(shares, max_epochs=variant["max_epochs"])
+    if "max_share_over_mean" in variant:
+        fraction = min(1.0, variant["max_share_over_mean"] / settings.scenario.num_clients)
+        shares = dataclasses.replace(shares, max_share_fraction=fraction)
+    if "total_fraction" in variant and shares.total_samples:
+        total = max(1, round(shares.total_samples * variant["total_fraction"]))
+        shares = dataclasses.replace(shares, total_samples=total)
+    if "shares" in variant:
+        shares = dataclasses.replace(shares, **variant["shares"])
+    return shares
+
+
+def _change(s: Any, settings: SimSettings, variant: dict[str, Any]) -> None:
+    """Apply the variant's loop, stop and aggregation settings to the built edge strategy."""
+    if variant.get("nostop"):
+        s.stop = StopConfig()
+    for key in ("server_lr", "threshold", "staleness_lr"):
+        if key in variant:
+            setattr(s, key, variant[key])
+    if "slice_budget" in variant:
+        s.loop = dataclasses.replace(s.loop, slice_budget=variant["slice_budget"])
+    if variant.get("nova") or variant.get("wdata"):
+        s.combine = _data_weighted(s, normalise=bool(variant.get("nova")))
+    if variant.get("tau_decay"):
+        s.combine = _by_versions(s, float(variant.get("tau_scale", 1.0)))
+    if "anneal" in variant:
+        start, floor = variant["anneal"]
+        s.combine = _annealed(s, settings.rounds, float(start), float(floor))
+
+
+def install(variant: dict[str, Any]) -> None:
+    """Make ``build_strategy`` apply ``variant`` to the strategies it builds."""
+    module: Any = sys.modules[tta.run_server_module()]
+    original = getattr(module, "_original_build_strategy", module.build_strategy)
+    module._original_build_strategy = original
+
+    def build(settings: SimSettings, clock: Any) -> Any:
+        s = original(settings, clock)
+        if settings.strategy in ("edge", "edge-seed"):
+            s.shares = _shares(s, settings, variant)
+            _change(s, settings, variant)
+        elif settings.strategy == "fedbuff" and "fedbuff_lr" in variant:
+            s.server_lr = float(variant["fedbuff_lr"])
+        return s
+
+    module.build_strategy = build
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--scenario", default="mnist1d-100")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--jsonl", type=Path, required=True)
+    p.add_argument("variants", nargs="+", help="label:JSON (see above)")
+    args = p.parse_args(argv)
+    for spec in args.variants:
+        label, _, text = spec.partition(":")
+        variant: dict[str, Any] = json.loads(text) if text else {}
+        install(variant)
+        strategy = variant.get("strategy", "edge")
+        for seed in args.seeds:
+            theta = {"theta": float(variant["theta"])} if "theta" in variant else {}
+            s = SimSettings.create(args.scenario, strategy, seed=seed, **theta)  # type: ignore[arg-type]
+            if "threshold" in variant:
+                budget = s.scenario.update_budget
+                s = dataclasses.replace(s, rounds=math.ceil(budget / (variant["threshold"] + 1)))
+            r = run_experiment(s, engine="inprocess")
+            tta._emit(args.jsonl, tta._row(label, r, {"variant": variant}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
