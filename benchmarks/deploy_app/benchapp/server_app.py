@@ -113,7 +113,9 @@ def build_strategy(context: Context, name: str, slice_budget: float | str, nodes
             total_samples=epochs * total,
             profile_timeout=_number(context, "profile-timeout"),
         )
-        return EdgeStrategy(threshold=threshold, loop=loop, shares=shares)
+        # the project's best configuration (issue 10): deltas, staleness-scaled server lr,
+        # shares capped at 3 epochs of each node's own data; every seed mechanism on
+        return EdgeStrategy.preset("edge", threshold=threshold, loop=loop, shares=shares)
     if name == "fedbuff":
         return FedBuff(threshold + 1, loop=loop)
     return FedAsync(loop=loop)
