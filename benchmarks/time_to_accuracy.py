@@ -281,6 +281,17 @@ def _median(values: list[float | None]) -> float | None:
     return statistics.median(got) if got else None
 
 
+def _median_time(values: list[float | None]) -> float | None:
+    """Median time to target over seeds, a seed that never reached it counting as never.
+
+    ``None`` when more than half of the seeds never reached it (the median is then "never").
+    """
+    if not values:
+        return None
+    median = statistics.median([math.inf if v is None else v for v in values])
+    return None if math.isinf(median) else median
+
+
 def _fmt(v: float | None, spec: str = ".1f") -> str:
     return "-" if v is None else format(v, spec)
 
@@ -288,15 +299,15 @@ def _fmt(v: float | None, spec: str = ".1f") -> str:
 def summarise(rows: list[dict[str, Any]]) -> str:
     """Return a Markdown table of medians over seeds, per label."""
     labels = list(dict.fromkeys(r["label"] for r in rows))
-    base = _median([r["time_to_target"] for r in rows if r["label"] == "fedavg"])
+    base = _median_time([r["time_to_target"] for r in rows if r["label"] == "fedavg"])
     lines = [
-        "| run | seeds | reached | median t→target (virtual s) | vs FedAvg | final acc | "
-        "best acc | wasted | abandoned | makespan (s) | balance | wall (s) |",
+        "| run | seeds | reached | median t→target (virtual s; never = ∞) | vs FedAvg | "
+        "final acc | best acc | wasted | abandoned | makespan (s) | balance | wall (s) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for label in labels:
         rs = [r for r in rows if r["label"] == label]
-        ttt = _median([r["time_to_target"] for r in rs])
+        ttt = _median_time([r["time_to_target"] for r in rs])
         reached = sum(r["time_to_target"] is not None for r in rs)
         ratio = ttt / base if ttt is not None and base else None
         lines.append(
