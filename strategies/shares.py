@@ -200,6 +200,13 @@ class SharePlanner:
             split = self._split(total - equal_part, matched, matched_ratios, cap, profiles)
             shares.update(zip(matched, split, strict=True))
             self.log_capped(matched, matched_ratios, total - equal_part, cap)
+            if equal and split:
+                # a node without a profile is not given more than any profiled node: with
+                # max_epochs binding, total / n would be more work than the caps allow the
+                # others (measured: a node too slow to answer its profile in time got 720
+                # samples while the profiled nodes were capped at 432)
+                most = max(split)
+                shares.update({i: min(shares[i], most) for i in equal})
         for i in ids:
             node = nodes[i]
             node.share = shares[i]

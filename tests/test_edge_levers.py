@@ -100,3 +100,21 @@ def test_staleness_lr_scales_the_step_by_the_mean_fedbuff_weight() -> None:
     np.testing.assert_allclose(got.total.mean_without((1, 1))[0], scale * 3.0, rtol=1e-6)
     with pytest.raises(ConfigError, match="staleness_lr"):
         EdgeStrategy(threshold=1, staleness_lr="yes")  # type: ignore[arg-type]
+
+
+def test_a_node_without_a_profile_gets_no_more_than_the_capped_nodes() -> None:
+    # 4 nodes of 40 samples, 5 epochs of all data in total, shares capped at 3 epochs (120):
+    # node 4 sent no profile; total / n would give it 200 samples, more than anyone else
+    planner = _planner(total_samples=5 * 160, max_share_fraction=1.0, max_epochs=3.0)
+    nodes = {i: Node(i) for i in (1, 2, 3, 4)}
+    profiles = _profiles([1.0, 2.0, 4.0], [40, 40, 40])
+    planner.assign_initial([1, 2, 3, 4], profiles, nodes)
+    shares = [nodes[i].share for i in (1, 2, 3, 4)]
+    assert shares[:3] == [120, 120, 120]
+    assert shares[3] == 120
+    # without caps binding, the unprofiled node keeps its equal share of the total
+    planner = _planner(total_samples=400, max_share_fraction=1.0)
+    nodes = {i: Node(i) for i in (1, 2, 3, 4)}
+    planner.assign_initial([1, 2, 3, 4], profiles, nodes)
+    assert nodes[4].share == 100
+    assert sum(nodes[i].share for i in (1, 2, 3)) == 300
