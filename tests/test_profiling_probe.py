@@ -180,6 +180,9 @@ def test_ctrl_c_during_removal_waits_until_the_folder_is_gone(
         (folder / str(i)).mkdir(parents=True)
         (folder / str(i) / "f").write_text("x")
     real = shutil.rmtree
+    # Ctrl-C raises KeyboardInterrupt, even where the runner started pytest with SIGINT
+    # ignored (a background job of a non-interactive shell, as some CI runners do)
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
     before = signal.getsignal(signal.SIGINT)
 
     def interrupted_rmtree(path: Path, ignore_errors: bool = False) -> None:
@@ -187,10 +190,13 @@ def test_ctrl_c_during_removal_waits_until_the_folder_is_gone(
         real(path, ignore_errors=ignore_errors)
 
     monkeypatch.setattr(shutil, "rmtree", interrupted_rmtree)
-    with pytest.raises(KeyboardInterrupt):
-        probe_mod.remove_tree(folder)
-    assert list(tmp_path.iterdir()) == []
-    assert signal.getsignal(signal.SIGINT) == before
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            probe_mod.remove_tree(folder)
+        assert list(tmp_path.iterdir()) == []
+        assert signal.getsignal(signal.SIGINT) == before
+    finally:
+        signal.signal(signal.SIGINT, inherited)
 
 
 # ---------------------------------------------------------------- GPU detection
@@ -375,6 +381,9 @@ def test_real_process_interrupted_mid_profile_exits_130_and_cleans_up(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # a terminal's Ctrl-C, even where this test runs with SIGINT ignored (a background
+        # job of a non-interactive shell): the child would inherit the ignore
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stderr is not None
     try:
