@@ -25,7 +25,11 @@ SHARES = ShareConfig(profile=False, total_samples=400, rebalance="seed")
 
 
 def _run(  # type: ignore[no-untyped-def]
-    rounds: int, directory: Path | None = None, resume: bool = False, stop: StopConfig | None = None
+    rounds: int,
+    directory: Path | None = None,
+    resume: bool = False,
+    stop: StopConfig | None = None,
+    evaluate_fn=None,  # default: accuracy_fn()
 ):
     grid = InProcessGrid(ToyEdge(speeds=[10.0, 20.0, 40.0, 80.0]), 4)
     strategy = EdgeStrategy(
@@ -36,7 +40,8 @@ def _run(  # type: ignore[no-untyped-def]
         checkpoint_dir=directory,
         resume=resume,
     )
-    result = strategy.start(grid, model(0.0), num_rounds=rounds, evaluate_fn=accuracy_fn())
+    evaluate = accuracy_fn() if evaluate_fn is None else evaluate_fn
+    result = strategy.start(grid, model(0.0), num_rounds=rounds, evaluate_fn=evaluate)
     return strategy, result
 
 
@@ -283,17 +288,8 @@ def test_the_plateau_window_survives_a_resume(tmp_path: Path) -> None:
     stop = StopConfig(patience=3, window_passes=3.0)  # 4 nodes, 4 per aggregation: 3 metrics
 
     def run(rounds: int, directory: Path | None, resume: bool = False) -> EdgeStrategy:
-        strategy = EdgeStrategy(
-            threshold=3,
-            clock=VirtualClock(wall=ManualClock()),
-            shares=SHARES,
-            stop=stop,
-            checkpoint_dir=directory,
-            resume=resume,
-        )
-        grid = InProcessGrid(ToyEdge(speeds=[10.0, 20.0, 40.0, 80.0]), 4)
-        strategy.start(grid, model(0.0), num_rounds=rounds, evaluate_fn=scripted)
-        return strategy
+        strategy, _ = _run(rounds, directory, resume, stop, evaluate_fn=scripted)
+        return strategy  # type: ignore[no-any-return]
 
     whole = run(14, None)
     assert 4 < len(whole.history) < 14  # the windowed plateau stopped it
