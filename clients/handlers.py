@@ -39,11 +39,15 @@ class ClientHandlers(NodeRuntime):
 
     def profile(self, msg: Message, ctx: Context) -> Message:
         """Reply with the node's resource evaluations, cached in state per profiling mode."""
+        return Message(RecordDict({wire.PROFILE: self.profile_record(msg, ctx)}), reply_to=msg)
+
+    def profile_record(self, msg: Message, ctx: Context) -> ConfigRecord:
+        """Return the node's profile in the mode ``msg`` asks for (cached in ``ctx.state``)."""
         req = parse_profile(msg)
         key = PROFILE_KEY_PREFIX + req.mode
         cached = ctx.state.get(key)
         if isinstance(cached, ConfigRecord) and is_profile_record(cached):
-            return Message(RecordDict({wire.PROFILE: ConfigRecord(dict(cached))}), reply_to=msg)
+            return ConfigRecord(dict(cached))
         if cached is not None:
             log(WARNING, "corrupted cached profile under %s: profiling again", key)
         train, _ = self.data(ctx)
@@ -60,7 +64,7 @@ class ClientHandlers(NodeRuntime):
         record[wire.LOCAL_SAMPLES] = sized(train)
         record[wire.PROFILE_REPORT] = str(report.to_json())
         ctx.state[key] = ConfigRecord(dict(record))
-        return Message(RecordDict({wire.PROFILE: ConfigRecord(record)}), reply_to=msg)
+        return ConfigRecord(record)
 
     def evaluate(self, msg: Message, ctx: Context) -> Message:
         """Evaluate the received (or stored) global model on the node's local test data."""
@@ -101,11 +105,29 @@ class ClientHandlers(NodeRuntime):
         A train message whose config carries :data:`~flower_edge.wire.PROFILE_MODE` (the
         server's first message to the node) is answered with the node's profile only, as
         :meth:`profile` answers ``query.profile``; the server then sends the node its job.
+        With :data:`~flower_edge.wire.PROFILE_WITH_JOB` true as well, the node trains the
+        job and sends its profile beside the reply.
         """
-        if msg.has_content() and wire.PROFILE_MODE in msg.content.config_records.get(
-            wire.CONFIG, {}
-        ):
-            return self.profile(msg, ctx)
+        profile: ConfigRecord | None = None
+        cfg = ConfigRecord()
+        if msg.has_content():
+            cfg = msg.content.config_records.get(wire.CONFIG, cfg)
+        if wire.PROFILE_MODE in cfg:
+            with_job = cfg.get(wire.PROFILE_WITH_JOB, False)
+            validate.boolean(f"config {wire.PROFILE_WITH_JOB!r}", with_job, error=InputError)
+            if not with_job:
+                return self.profile(msg, ctx)
+            try:
+                profile = self.profile_record(msg, ctx)
+            except (ProfilingError, OSError, RuntimeError) as exc:  # the job still runs
+                log(WARNING, "profiling failed (%s): training without sending a profile", exc)
+        reply = self.train_job_reply(msg, ctx)
+        if profile is not None and not reply.has_error():
+            reply.content.config_records[wire.PROFILE] = profile
+        return reply
+
+    def train_job_reply(self, msg: Message, ctx: Context) -> Message:
+        """Run one slice of a job, or one whole plain job, and return its reply."""
         s = ClientSettings.from_run_config(ctx.run_config, self.task)
         req = parse_train(msg)
         timer = self.timer_fn(ctx) if self.timer_fn is not None else None

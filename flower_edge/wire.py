@@ -31,7 +31,10 @@ All messages carry at most one :class:`~flwr.app.ArrayRecord` under :data:`ARRAY
     The first message to a node also carries :data:`PROFILE_MODE`: a flower-edge client
     answers it with its profile only (the ``query.profile`` reply, no arrays) and then gets
     its job; an unmodified Flower app trains on it, and its update counts as usual (the node
-    runs with an equal share).
+    runs with an equal share). With :data:`PROFILE_WITH_JOB` true as well (the default under
+    a wall clock), a flower-edge client trains that first job too and attaches its profile
+    to the train reply (the ConfigRecord :data:`PROFILE` beside the reply's metrics): the
+    profile then costs no round trip of its own.
 
     The client keeps its job in ``context.state`` tagged with the job id. A message whose job
     id differs from the stored one starts a new job from the arrays it carries. A message with
@@ -68,6 +71,8 @@ PROFILE_MESSAGE_TYPE: Final = "query.profile"
 
 # ---------------------------------------------------------------- profile query / reply
 PROFILE_MODE: Final = "profile-mode"
+#: train config: answer the profile request *and* train the job (profile beside the reply)
+PROFILE_WITH_JOB: Final = "profile-with-job"
 EVAL_CPU: Final = "evaluation-cpu"
 EVAL_GPU: Final = "evaluation-gpu"
 EVAL_MEMORY: Final = "evaluation-memory"

@@ -163,6 +163,14 @@ class ShareConfig:
         Sent to the clients with the profile query.
     profile_timeout : float (default: 120.0)
         Real seconds to wait for profile replies.
+    profile_with_job : bool, optional
+        Ask for the profile in the node's first train message *and* let it train that job
+        (its profile comes back with the update; the share until the plan is the client's
+        own default). ``False``: the first message asks for the profile only and the node
+        waits for the plan. ``None`` (default): ``True`` under a wall clock, where every
+        message costs a round trip (in Flower 1.42 a SuperNode starts one ClientApp process
+        per message), ``False`` under a virtual clock, where the profile-only answer takes
+        no virtual time and the shares are planned before any work is done.
     total_samples : int, optional
         Training samples per round over all nodes, ``F`` in seed formula 7 (default: the
         mean of the reported local sample counts times the number of nodes; 0 when nobody
@@ -204,6 +212,7 @@ class ShareConfig:
     profile: bool = True
     profile_mode: ProfileMode = "quick"
     profile_timeout: float = 120.0
+    profile_with_job: bool | None = None
     total_samples: int | None = None
     compute_share: float | Literal["auto"] = "auto"
     model: Any = None
@@ -219,6 +228,8 @@ class ShareConfig:
     def __post_init__(self) -> None:
         _choice("profile_mode", self.profile_mode, PROFILE_MODES)
         _positive("profile_timeout", self.profile_timeout, allow_zero=True)
+        if self.profile_with_job is not None:
+            validate.boolean("profile_with_job", self.profile_with_job)
         validate.integer("total_samples", self.total_samples, low=0, allow_none=True)
         if self.compute_share != "auto":
             _positive("compute_share", self.compute_share, allow_zero=True)
@@ -245,6 +256,10 @@ class ShareConfig:
         _positive("absurd_factor", self.absurd_factor)
         if self.absurd_factor < 1:
             raise ConfigError(f"absurd_factor must be >= 1, got {self.absurd_factor!r}")
+
+    def with_job(self, *, virtual: bool) -> bool:
+        """Return whether the first message asks for the profile *and* a job (see above)."""
+        return not virtual if self.profile_with_job is None else self.profile_with_job
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,9 @@ class Dispatcher:
     profile_mode : str (default: "quick")
         Sent as :data:`wire.PROFILE_MODE` with a node's first message while its profile is
         requested (:attr:`Node.profile_pending`).
+    profile_with_job : bool (default: False)
+        Also send :data:`wire.PROFILE_WITH_JOB`: the client trains that first job and
+        attaches its profile to the update (``ShareConfig.profile_with_job``).
     abandon : AbandonPolicy
         ``R`` and theta for each message (:mod:`strategies.abandon`); counts preemption
         points offered.
@@ -80,6 +83,7 @@ class Dispatcher:
         *,
         sends_values: bool,
         profile_mode: str = "quick",
+        profile_with_job: bool = False,
         abandon: AbandonPolicy,
         record: Recorder,
         name: str,
@@ -92,6 +96,7 @@ class Dispatcher:
         self.train_config = train_config
         self.sends_values = sends_values
         self.profile_mode = profile_mode
+        self.profile_with_job = profile_with_job
         self.abandon = abandon
         self.slices = SliceBudget(loop, virtual=clock.is_virtual)
         self.deadlines = DeadlinePolicy(loop, virtual=clock.is_virtual, name=name)
@@ -150,8 +155,11 @@ class Dispatcher:
         cfg[wire.SLICE_BUDGET] = self.slices.current()
         cfg[wire.MATCH_RATIO] = float(node.ratio)
         if node.profile_pending and arrays is not None:
-            # flower-edge clients answer with their profile only; plain apps just train
+            # flower-edge clients answer with their profile only (or with the job's update
+            # and the profile beside it); plain apps just train
             cfg[wire.PROFILE_MODE] = self.profile_mode
+            if self.profile_with_job:
+                cfg[wire.PROFILE_WITH_JOB] = True
         for key, value in self.abandon.fields(node.node_id).items():
             cfg[key] = value
         cfg[wire.SEND_TIME] = float(self.clock.now())

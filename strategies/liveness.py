@@ -100,6 +100,6 @@ def forgotten(loop: EventLoop, sent: Sent, node: Node, registered: set[int]) -> 
     """Count a message that will get no reply as a miss of its node."""
     loop.record_event(node.node_id, sent.job_id, "forgotten", loop.version)
     loop.membership.missed(node, registered)
-    loop.profile_answer(node, None, "no reply to its first message")
+    loop.profile_answer(node, sent.job_id, None, "no reply to its first message")
     if loop.client_eval.owns(sent.message_id):
         loop.on_evaluated(sent.message_id)

@@ -72,7 +72,7 @@ from strategies.records import (
     update_problem,
 )
 from strategies.resume import resume_from_checkpoint, save_buffered_update, save_checkpoint
-from strategies.shares import SharePlanner
+from strategies.shares import SharePlanner, profile_beside
 
 if TYPE_CHECKING:
     from strategies.base import SemiAsyncStrategy
@@ -142,6 +142,8 @@ class EventLoop:
             timeout,
             ConfigRecord() if train_config is None else train_config,
             sends_values=strategy.sends_values(),
+            profile_mode=strategy.shares.profile_mode,
+            profile_with_job=strategy.shares.with_job(virtual=self.clock.is_virtual),
             abandon=self.abandon,
             record=self.record_event,
             name=self.name,
@@ -304,11 +306,10 @@ class EventLoop:
         job = node.job
         if isinstance(event.reply, ProfileRecord) and job is not None:
             node.job = None  # a profile ends the job it was asked with
-            self.record_event(node.node_id, job.job_id, "profiled", self.version)
-            self.profile_answer(node, event.reply, "")
+            self.profile_answer(node, job.job_id, event.reply, "")
             return
-        drop_in = isinstance(event.reply, TrainReply) and event.reply.drop_in
-        self.profile_answer(node, None, "plain" if drop_in else (event.reason or "no profile"))
+        beside = profile_beside(event.reply, event.reason)  # the profile sent with a job
+        self.profile_answer(node, sent.job_id, *beside, with_job=True)
         if job is None or job.job_id != sent.job_id:
             self._reject(node, sent.job_id, "reply for a job that is no longer running")
             return
@@ -331,12 +332,14 @@ class EventLoop:
         if done is not None:
             self.result.evaluate_metrics_clientapp[done[0]] = done[1]
 
-    def profile_answer(self, node: Node, profile: ProfileRecord | None, reason: str) -> None:
+    def profile_answer(
+        self, node: Node, job: int, profile: ProfileRecord | None, why: str, with_job: bool = False
+    ) -> None:
         """Pass a node's answer to its profile request on to the share planner."""
-        if node.profile_pending:
-            self.planner.answered(node, self.nodes, profile, reason)
-            if self.planner.planned:
-                self._shares_planned()
+        if node.profile_pending and profile is not None:
+            self.record_event(node.node_id, job, "profiled", self.version)
+        if self.planner.answered(node, self.nodes, profile, why, with_job=with_job):
+            self._shares_planned()
 
     def _shares_planned(self) -> None:
         """Refresh what depends on the initial shares (the abandon rule's R and theta)."""

@@ -102,6 +102,11 @@ class TrainReply:
         Mean training loss reported.
     drop_in : bool
         The reply carries none of the edge protocol's keys (unmodified Flower ClientApp).
+    profile : ProfileRecord, optional
+        The node's profile, sent beside the update when the message asked for it with
+        :data:`wire.PROFILE_WITH_JOB`.
+    profile_problem : str, optional
+        Why a profile sent beside the update was rejected (the update itself stands).
     """
 
     node_id: int
@@ -118,6 +123,8 @@ class TrainReply:
     abandoned_jobs: int | None
     train_loss: float | None
     drop_in: bool
+    profile: ProfileRecord | None = None
+    profile_problem: str | None = None
 
 
 def _number(metrics: MetricRecord, key: str, *, integer: bool, required: bool = False) -> Any:
@@ -214,6 +221,13 @@ def parse_train_reply(msg: Message, keys: Sequence[str]) -> TrainReply:
     if virtual_seconds is not None and virtual_seconds < 0:
         raise InputError(f"{wire.VIRTUAL_SECONDS} must be >= 0, got {virtual_seconds}")
     abandoned = _number(metrics, wire.ABANDONED, integer=True)
+    profile: ProfileRecord | None = None
+    profile_problem: str | None = None
+    if wire.PROFILE in content.config_records:  # sent with the job (wire.PROFILE_WITH_JOB)
+        try:
+            profile = parse_profile_reply(msg)
+        except InputError as exc:  # the update stands; only the profile is rejected
+            profile_problem = f"bad profile beside the update: {exc}"
     return TrainReply(
         node_id=int(msg.metadata.src_node_id),
         reply_to=msg.metadata.reply_to_message_id,
@@ -229,6 +243,8 @@ def parse_train_reply(msg: Message, keys: Sequence[str]) -> TrainReply:
         abandoned_jobs=_number(metrics, wire.ABANDONED_JOBS, integer=True),
         train_loss=_number(metrics, wire.TRAIN_LOSS, integer=False),
         drop_in=drop_in,
+        profile=profile,
+        profile_problem=profile_problem,
     )
 
 
@@ -477,11 +493,16 @@ class Combined:
 
 
 def is_profile_reply(msg: Message) -> bool:
-    """Return whether ``msg`` is a profile-only reply (a ConfigRecord :data:`wire.PROFILE`)."""
+    """Return whether ``msg`` is a profile-only reply (a ConfigRecord :data:`wire.PROFILE`).
+
+    A train reply that carries the profile beside its update (:data:`wire.PROFILE_WITH_JOB`)
+    has arrays or metrics and is not profile-only.
+    """
     return (
         msg.has_content()
         and wire.PROFILE in msg.content.config_records
         and not msg.content.array_records
+        and not msg.content.metric_records
     )
 
 

@@ -24,9 +24,9 @@ from flower_edge.radar import match_ratios
 from strategies.clock import Clock
 from strategies.config import ShareConfig
 from strategies.membership import Node
-from strategies.records import ProfileRecord
+from strategies.records import ProfileRecord, TrainReply
 
-__all__ = ["MAX_OBSERVATIONS", "SharePlanner"]
+__all__ = ["MAX_OBSERVATIONS", "SharePlanner", "profile_beside"]
 
 #: (share, seconds) observations kept per node for the time model T = k f + b: the most recent
 #: ones (the fit follows a device whose speed changes, and the state stays bounded)
@@ -63,6 +63,7 @@ class SharePlanner:
         self.ids: list[int] = []
         self.profiles: dict[int, ProfileRecord] = {}
         self.pending: set[int] = set()
+        self.held: set[int] = set()  # answered with their profile only: wait for the plan
         self.deadline = math.inf
         self.planned = True
 
@@ -101,11 +102,15 @@ class SharePlanner:
         With ``profile`` on, each node's first train message asks for its profile
         (:data:`wire.PROFILE_MODE` in its config, :attr:`Node.profile_pending`): a flower-edge
         client answers with its profile only, a plain Flower ClientApp trains and its update
-        counts as usual. The shares are planned once every node has answered (or after
-        ``profile_timeout`` real seconds; :meth:`check_deadline`).
+        counts as usual; with ``profile_with_job`` a flower-edge client trains that job as
+        well and sends its profile beside the update. The shares are planned once every node
+        has answered (or after ``profile_timeout`` real seconds; :meth:`check_deadline`);
+        until then a node that answered with its profile only waits, one that trained goes
+        on with its own default share.
         """
         self.ids = list(ids)
         self.profiles = {}
+        self.held = set()
         self.pending = set(ids) if self.config.profile else set()
         self.deadline = self.clock.real_now() + self.config.profile_timeout
         for node_id in self.pending:
@@ -115,19 +120,31 @@ class SharePlanner:
             self.finish(nodes)
 
     def holds(self, node: Node) -> bool:
-        """Return whether ``node`` waits for the plan (it answered with its profile)."""
-        return not self.planned and node.node_id in self.profiles
+        """Return whether ``node`` waits for the plan (it answered with its profile only)."""
+        return not self.planned and node.node_id in self.held
 
     def answered(
-        self, node: Node, nodes: dict[int, Node], profile: ProfileRecord | None, reason: str
-    ) -> None:
-        """Take ``node``'s answer to its profile request (``None``: no profile, ``reason``)."""
+        self,
+        node: Node,
+        nodes: dict[int, Node],
+        profile: ProfileRecord | None,
+        reason: str,
+        *,
+        with_job: bool = False,
+    ) -> bool:
+        """Take ``node``'s answer to its profile request (``None``: no profile, ``reason``).
+
+        ``with_job``: the profile came beside a trained update, so the node does not wait
+        for the plan. Return whether this answer completed the plan.
+        """
         if not node.profile_pending:
-            return
+            return False
         node.profile_pending = False
         self.pending.discard(node.node_id)
         if profile is not None:
             self.profiles[node.node_id] = profile
+            if not with_job:
+                self.held.add(node.node_id)
         elif reason == "plain":
             log(
                 INFO,
@@ -139,6 +156,8 @@ class SharePlanner:
             log(WARNING, "%s: node %s gets an equal share: %s", self.name, node.node_id, reason)
         if not self.pending and not self.planned:
             self.finish(nodes)
+            return True
+        return False
 
     def check_deadline(self, nodes: dict[int, Node]) -> bool:
         """Plan without the nodes that did not answer in ``profile_timeout``; return if it did."""
@@ -325,3 +344,20 @@ class SharePlanner:
             {n.node_id: n.share for n in chosen},
             allocation.makespan,
         )
+
+
+def profile_beside(
+    reply: TrainReply | ProfileRecord | None, reason: str | None
+) -> tuple[ProfileRecord | None, str]:
+    """Return the profile a train reply carries beside its update, or why it has none.
+
+    The reason is ``"plain"`` for an unmodified Flower ClientApp's reply, the rejection of
+    a bad profile, the reply's own problem, or ``"no profile"``.
+    """
+    if not isinstance(reply, TrainReply):
+        return None, reason or "no profile"
+    if reply.profile is not None:
+        return reply.profile, ""
+    if reply.drop_in:
+        return None, "plain"
+    return None, reply.profile_problem or reason or "no profile"

@@ -78,18 +78,27 @@ class ToyEdge:
     local_samples: int = 100
     lr: float = 0.5
     evaluations: Callable[[int], tuple[float, float, float, float]] | None = None
+    with_job: bool = False  # train the first job too when asked (wire.PROFILE_WITH_JOB)
     returned: dict[tuple[int, int], list[np.ndarray]] = field(default_factory=dict)
     replies: list[dict[str, Any]] = field(default_factory=list)
 
     def __call__(self, msg: Message, ctx: Context) -> Message:
         pid = int(ctx.node_config[wire.PARTITION_ID])
         if asks_profile(msg):
+            cfg = msg.content.config_records.get(wire.CONFIG, {})
+            if self.with_job and cfg.get(wire.PROFILE_WITH_JOB):
+                reply = self.train(msg, ctx, pid)
+                reply.content[wire.PROFILE] = self.profile_record(pid)
+                return reply
             return self.profile(msg, pid)
         return self.train(msg, ctx, pid)
 
     def profile(self, msg: Message, pid: int) -> Message:
+        return Message(RecordDict({wire.PROFILE: self.profile_record(pid)}), reply_to=msg)
+
+    def profile_record(self, pid: int) -> ConfigRecord:
         ev = self.evaluations(pid) if self.evaluations else (1.0 + pid, 0.0, 1.0, 1.0)
-        rec = ConfigRecord(
+        return ConfigRecord(
             {
                 wire.EVAL_CPU: ev[0],
                 wire.EVAL_GPU: ev[1],
@@ -98,7 +107,6 @@ class ToyEdge:
                 wire.LOCAL_SAMPLES: self.local_samples,
             }
         )
-        return Message(RecordDict({wire.PROFILE: rec}), reply_to=msg)
 
     def train(self, msg: Message, ctx: Context, pid: int) -> Message:
         cfg = msg.content.config_records[wire.CONFIG]

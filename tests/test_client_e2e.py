@@ -144,3 +144,37 @@ def test_flower_fedavg_drives_the_client_app() -> None:
     assert set(evaluated) == {1, 2}
     assert evaluated[2][wire.EVAL_ACCURACY] > 0.5
     assert result.train_metrics_clientapp[2][wire.SAMPLES_PROCESSED] > 0
+
+
+def test_under_a_wall_clock_the_client_app_trains_its_first_job_and_sends_its_profile() -> None:
+    from strategies import EdgeStrategy, InProcessGrid, ManualClock, ShareConfig
+
+    torch.set_num_threads(1)
+    task = Task(model_fn=lambda: MLP(in_features=64), load_data=bundled_loader("digits"))
+    inner = build_client_app(task, probe_fn=lambda ctx: Probe(SPEEDS[_pid(ctx)]))
+    first_replies: dict[int, Message] = {}
+
+    def app(msg: Message, ctx: Context) -> Message:
+        reply = inner(msg, ctx)
+        assert not reply.has_error(), reply.error
+        first_replies.setdefault(_pid(ctx), reply)
+        return reply
+
+    clock = ManualClock()
+    grid = InProcessGrid(app, len(SPEEDS), clock=clock, run_config={"seed": 1})
+    torch.manual_seed(0)
+    initial = ArrayRecord(MLP(in_features=64).state_dict())
+    strategy = EdgeStrategy(threshold=3, clock=clock, shares=ShareConfig(rebalance="off"))
+    strategy.start(grid, initial, num_rounds=2, timeout=60.0)
+    # each node's first reply is a trained update with the node's profile beside it
+    for reply in first_replies.values():
+        assert wire.ARRAYS in reply.content.array_records
+        assert reply.content[wire.METRICS][wire.DONE] == 1
+        assert reply.content[wire.PROFILE][wire.EVAL_CPU] > 0
+    assert sorted(strategy.history[0].participants) == sorted(grid.contexts)
+    later: dict[int, int] = {}
+    for m in grid.pushed:
+        cfg = m.content[wire.CONFIG]
+        if wire.SAMPLE_SHARE in cfg:
+            later[_pid(grid.contexts[m.metadata.dst_node_id])] = int(cfg[wire.SAMPLE_SHARE])
+    assert later[3] > later[0]  # the plan follows the profiles (320 vs 40 samples/s)

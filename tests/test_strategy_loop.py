@@ -20,9 +20,10 @@ from conftest import (
     run_edge,
     virtual,
 )
-from flwr.app import Message
+from flwr.app import ConfigRecord, Context, Message
 
 from flower_edge import wire
+from flower_edge.errors import ConfigError
 from strategies import (
     EdgeStrategy,
     FedAsync,
@@ -342,8 +343,108 @@ def test_rebalance_moves_samples_to_faster_nodes(method: str) -> None:
     assert strategy.history[1].time - strategy.history[0].time < 2.91
 
 
+def _first_messages(grid: InProcessGrid) -> dict[int, Message]:
+    first: dict[int, Message] = {}
+    for m in grid.pushed:
+        first.setdefault(m.metadata.dst_node_id, m)
+    return first
+
+
+def test_under_a_wall_clock_the_profile_comes_with_the_first_job() -> None:
+    # a wall clock pays a round trip per message: the first message asks for the profile
+    # *and* a job, so every node's first update counts and nobody waits for the plan
+    toy = ToyEdge(evaluations=lambda pid: (1.0 + 10 * pid, 0.0, 1.0, 1.0), with_job=True)
+    clock = ManualClock()
+    grid = InProcessGrid(toy, 4, clock=clock)
+    strategy = EdgeStrategy(
+        threshold=3, clock=clock, shares=ShareConfig(total_samples=400, rebalance="off")
+    )
+    with flwr_logs() as caplog:
+        strategy.start(grid, model(0.0), num_rounds=2, timeout=30.0)
+    first = _first_messages(grid)
+    for m in first.values():
+        cfg = m.content.config_records[wire.CONFIG]
+        assert cfg[wire.PROFILE_MODE] == "quick"
+        assert cfg[wire.PROFILE_WITH_JOB] is True
+        assert wire.SAMPLE_SHARE not in cfg  # unknown before the plan: the client's default
+    # the first aggregation is made of the four first jobs (no profile-only round trip)
+    assert sorted(strategy.history[0].participants) == [1001, 1002, 1003, 1004]
+    assert "total 400 samples per round" in caplog.text
+    later = {
+        m.metadata.dst_node_id: int(m.content.config_records[wire.CONFIG][wire.SAMPLE_SHARE])  # type: ignore[arg-type]
+        for m in grid.pushed
+        if wire.SAMPLE_SHARE in m.content.config_records[wire.CONFIG]
+    }
+    assert later[1001] < later[1002] < later[1003]  # the plan follows the profiles
+    assert sum(1 for e in strategy.events if e.kind == "profiled") == 4
+
+
+def test_a_client_without_profile_with_job_still_answers_with_its_profile_only() -> None:
+    toy = ToyEdge(evaluations=lambda pid: (1.0 + 10 * pid, 0.0, 1.0, 1.0), with_job=False)
+    clock = ManualClock()
+    grid = InProcessGrid(toy, 4, clock=clock)
+    strategy = EdgeStrategy(
+        threshold=3, clock=clock, shares=ShareConfig(total_samples=400, rebalance="off")
+    )
+    strategy.start(grid, model(0.0), num_rounds=1, timeout=30.0)
+    first = _first_messages(grid)
+    assert all(
+        m.content.config_records[wire.CONFIG][wire.PROFILE_WITH_JOB] is True for m in first.values()
+    )
+    # the profile-only answers hold the nodes until the plan; then every job has a share
+    jobs = [m for m in grid.pushed if wire.SAMPLE_SHARE in m.content.config_records[wire.CONFIG]]
+    assert len(jobs) >= 4
+    assert sorted(strategy.history[0].participants) == [1001, 1002, 1003, 1004]
+
+
+def test_a_bad_profile_beside_an_update_loses_the_profile_not_the_update() -> None:
+    toy = ToyEdge(with_job=True)
+
+    def bad_profile(msg: Message, ctx: Context) -> Message:
+        reply = toy(msg, ctx)
+        if wire.PROFILE in reply.content.config_records:
+            reply.content[wire.PROFILE] = ConfigRecord({wire.EVAL_CPU: float("nan")})
+        return reply
+
+    clock = ManualClock()
+    grid = InProcessGrid(toy, 4, clock=clock)
+    grid.set_app(1002, bad_profile)
+    strategy = EdgeStrategy(
+        threshold=3, clock=clock, shares=ShareConfig(total_samples=400, rebalance="off")
+    )
+    with flwr_logs() as caplog:
+        strategy.start(grid, model(0.0), num_rounds=1, timeout=30.0)
+    assert "node 1002 gets an equal share: bad profile beside the update: profile " in caplog.text
+    assert "'evaluation-cpu' must be finite" in caplog.text
+    assert 1002 in strategy.history[0].participants  # its update was aggregated
+
+
+def test_a_virtual_clock_keeps_the_profile_only_first_message() -> None:
+    # in a simulation the profile answer takes no virtual time: plan before any work
+    toy = ToyEdge(with_job=True)
+    grid = InProcessGrid(toy, 4)
+    strategy = EdgeStrategy(threshold=2, clock=virtual(), shares=ShareConfig(total_samples=400))
+    strategy.start(grid, model(0.0), num_rounds=1)
+    for m in _first_messages(grid).values():
+        cfg = m.content.config_records[wire.CONFIG]
+        assert wire.PROFILE_MODE in cfg
+        assert wire.PROFILE_WITH_JOB not in cfg
+    forced = ShareConfig(total_samples=400, profile_with_job=True)
+    grid = InProcessGrid(toy, 4)
+    EdgeStrategy(threshold=2, clock=virtual(), shares=forced).start(grid, model(0.0), num_rounds=1)
+    assert all(
+        m.content.config_records[wire.CONFIG][wire.PROFILE_WITH_JOB] is True
+        for m in _first_messages(grid).values()
+    )
+
+
+def test_profile_with_job_must_be_a_boolean() -> None:
+    with pytest.raises(ConfigError, match="profile_with_job must be a boolean"):
+        ShareConfig(profile_with_job=1)  # type: ignore[arg-type]
+
+
 def test_nodes_without_a_usable_profile_get_equal_shares() -> None:
-    from flwr.app import ConfigRecord, Context, RecordDict
+    from flwr.app import ConfigRecord, RecordDict
 
     def bad_profile(msg: Message, ctx: Context) -> Message:
         if asks_profile(msg):
