@@ -27,7 +27,17 @@ strategy. A variant is ``label:JSON`` with any of these keys:
     Weights ``n_i g(dt_i)`` (``n_i`` the node's own data size from its profile), with
     (``nova``: FedNova's normalisation of each delta by its work) or without it.
 ``strategy``, ``fedbuff_lr``
-    Run another strategy of the scenario (e.g. ``"fedbuff"``) with these settings.
+    Run another strategy of the scenario (e.g. ``"fedbuff"``) with these settings;
+    ``threshold`` and ``k_schedule`` apply to FedBuff too (its rule: a buffer of K).
+``k_schedule``
+    An adaptive K (issue 10, session 3): ``{"k0": 2, "step": 10}`` gives
+    ``K_t = min(K, k0 + floor(t / step))`` at global version ``t`` (by version);
+    ``{"k0": 2, "until": 0.75}`` gives ``K_t = k0`` until an evaluated accuracy first
+    exceeds ``until`` times the scenario's target, then ``K`` (by progress). ``K`` is the
+    scenario's (or ``threshold``), the strategy's own rule stays (edge: more than ``K_t``,
+    FedBuff: ``K_t``), ``K_t >= 1``. The plateau stop and ``min_nodes`` stay sized for
+    ``K``. The run ends after the aggregation that uses up the scenario's update budget
+    (``Scenario.update_budget`` client updates), the round budget being set above it.
 
 One JSON line per run (as ``benchmarks/time_to_accuracy.py`` writes them) to ``--jsonl``.
 
@@ -44,8 +54,9 @@ import dataclasses
 import json
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import strategies.edge as edge_module
@@ -128,6 +139,59 @@ def _by_versions(strategy: Any, scale: float) -> Any:
     return combine
 
 
+def k_at(version: int, k: int, schedule: dict[str, Any], reached: bool = False) -> int:
+    """Return ``K_t`` of ``schedule`` at global ``version`` (never below 1 nor above ``k``).
+
+    Parameters
+    ----------
+    version : int
+        The current global version ``t`` (aggregations so far).
+    k : int
+        The final K (the scenario's).
+    schedule : dict
+        ``{"k0", "step"}`` (by version) or ``{"k0", "until"}`` (by progress).
+    reached : bool
+        By progress: whether an evaluated accuracy has exceeded the switch point.
+
+    Returns
+    -------
+    int
+        ``min(k, k0 + version // step)``, or ``k0`` before the switch and ``k`` after it.
+    """
+    k0 = int(schedule["k0"])
+    if "step" in schedule:
+        return max(1, min(k, k0 + version // int(schedule["step"])))
+    return max(1, min(k, k if reached else k0))
+
+
+def _adaptive_k(s: Any, settings: SimSettings, schedule: dict[str, Any]) -> None:
+    """Make the built strategy's trigger read ``K_t`` of ``schedule`` (see ``k_schedule``)."""
+    k = int(s.threshold)
+    per_aggregation = int(s.updates_per_aggregation())  # sized for K: stop window, min_nodes
+    rule: Callable[[Any, int], bool] = type(s).aggregation_due
+    switch = float(schedule.get("until", 0.0)) * settings.scenario.target_accuracy
+    budget = settings.scenario.update_budget
+    state = {"reached": False, "used": 0}
+
+    def due(buffered: int) -> bool:
+        loop = getattr(s, "explore_loop", None)
+        version = 0 if loop is None else int(loop.version)
+        if not state["reached"] and "until" in schedule:
+            accs = [float(r.metrics.get("accuracy", -1.0)) for r in s.history]
+            state["reached"] = any(a > switch for a in accs)
+        kt = k_at(version, k, schedule, bool(state["reached"]))
+        if not rule(SimpleNamespace(threshold=kt), buffered):
+            return False
+        if loop is not None and buffered == len(loop.buffer):  # the loop's own trigger
+            state["used"] += buffered
+            if state["used"] >= budget:  # this aggregation uses up the update budget
+                loop.stopper.num_rounds = min(loop.stopper.num_rounds, version + 1)
+        return True
+
+    s.aggregation_due = due
+    s.updates_per_aggregation = lambda: per_aggregation
+
+
 def _shares(s: Any, settings: SimSettings, variant: dict[str, Any]) -> Any:
     """The built strategy's ShareConfig with the variant's share settings."""
     shares = s.shares
@@ -173,8 +237,13 @@ def install(variant: dict[str, Any]) -> None:
         if settings.strategy in ("edge", "edge-seed"):
             s.shares = _shares(s, settings, variant)
             _change(s, settings, variant)
-        elif settings.strategy == "fedbuff" and "fedbuff_lr" in variant:
-            s.server_lr = float(variant["fedbuff_lr"])
+        elif settings.strategy == "fedbuff":
+            if "fedbuff_lr" in variant:
+                s.server_lr = float(variant["fedbuff_lr"])
+            if "threshold" in variant:
+                s.threshold = int(variant["threshold"])
+        if "k_schedule" in variant:
+            _adaptive_k(s, settings, variant["k_schedule"])
         return s
 
     module.build_strategy = build
@@ -196,10 +265,14 @@ def main(argv: list[str] | None = None) -> int:
             theta = {"theta": float(variant["theta"])} if "theta" in variant else {}
             s = SimSettings.create(args.scenario, strategy, seed=seed, **theta)  # type: ignore[arg-type]
             if "threshold" in variant:
-                budget = s.scenario.update_budget
-                s = dataclasses.replace(s, rounds=math.ceil(budget / (variant["threshold"] + 1)))
+                k = dataclasses.replace(s.scenario, threshold=int(variant["threshold"]))
+                s = dataclasses.replace(s, rounds=k.rounds_for(strategy))
+            if "k_schedule" in variant:  # ends on the update budget (see k_schedule)
+                s = dataclasses.replace(s, rounds=s.scenario.update_budget)
             r = run_experiment(s, engine="inprocess")
-            tta._emit(args.jsonl, tta._row(label, r, {"variant": variant}))
+            updates = sum(h.participants for h in r.history)
+            extra = {"variant": variant, "updates_aggregated": updates}
+            tta._emit(args.jsonl, tta._row(label, r, extra))
     return 0
 
 
