@@ -115,6 +115,8 @@ def build_strategy(context: Context, name: str, slice_budget: float | str, nodes
             # the preset's cap is 1.5x the mean work (3 epochs where the scenarios train 2);
             # its 3 epochs would hold every node below the baselines' local-epochs here
             max_epochs=1.5 * epochs,
+            model=MLP,  # p_c from the served model (compute_share "auto"), as deploy/app
+            input_shape=(32, 64),
         )
         # the project's best configuration (issue 10): deltas, staleness-scaled server lr,
         # shares capped at 1.5x the mean epochs of each node's own data; the profile comes
