@@ -29,7 +29,12 @@ from clients.task import evaluate_model
 from flower_edge.errors import ConfigError
 from flower_edge.models import MLP
 from strategies import EdgeStrategy, LoopConfig, ShareConfig
-from strategies.config import AbandonConfig, StopConfig
+from strategies.config import (
+    DEFAULT_PATIENCE_PASSES,
+    DEFAULT_WINDOW_PASSES,
+    AbandonConfig,
+    StopConfig,
+)
 from strategies.edge import PRESETS
 
 app = ServerApp()
@@ -84,8 +89,11 @@ def build_strategy(context: Context) -> EdgeStrategy:
             model=MLP,
             input_shape=BATCH_SHAPE,
         ),
-        stop=StopConfig(
-            patience=patience if patience > 0 else None, target=target if target > 0 else None
+        stop=StopConfig(  # the library's plateau rule (windowed over a pass), or the target
+            patience=patience if patience > 0 else None,
+            target=target if target > 0 else None,
+            window_passes=DEFAULT_WINDOW_PASSES if patience > 0 else None,
+            patience_passes=DEFAULT_PATIENCE_PASSES if patience > 0 else None,
         ),
         abandon=AbandonConfig(alpha=_number(context, "alpha"), theta=theta),
         checkpoint_dir=checkpoint or None,

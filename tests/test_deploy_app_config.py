@@ -1,0 +1,55 @@
+"""The deployment app's strategy, built from its own pyproject defaults (no runtime)."""
+
+from __future__ import annotations
+
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flwr.app import Context, RecordDict
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = ROOT / "deploy" / "app"
+
+
+def _defaults() -> dict[str, Any]:
+    config = tomllib.loads((APP / "pyproject.toml").read_text(encoding="utf-8"))
+    return dict(config["tool"]["flwr"]["app"]["config"])
+
+
+@pytest.fixture
+def server_app(monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.syspath_prepend(str(APP))
+    sys.modules.pop("edgeapp.server_app", None)
+    import edgeapp.server_app as module
+
+    return module
+
+
+def _context(**overrides: Any) -> Context:
+    run_config = {**_defaults(), **overrides}
+    return Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run_config)
+
+
+def test_the_deployment_app_runs_the_edge_preset_with_the_windowed_plateau_stop(
+    server_app: Any,
+) -> None:
+    from strategies.config import DEFAULT_PATIENCE_PASSES, DEFAULT_WINDOW_PASSES
+
+    strategy = server_app.build_strategy(_context())
+    assert strategy.aggregate == "deltas"  # the edge preset
+    assert strategy.stop.patience == 20
+    assert strategy.stop.window_passes == DEFAULT_WINDOW_PASSES
+    assert strategy.stop.patience_passes == DEFAULT_PATIENCE_PASSES
+    assert strategy.shares.compute_share == "auto"  # p_c from the served model
+    assert strategy.shares.model is not None
+    assert strategy.shares.profile_with_job is None  # on under the app's wall clock
+
+
+def test_patience_zero_turns_the_plateau_stop_off(server_app: Any) -> None:
+    strategy = server_app.build_strategy(_context(patience=0))
+    assert strategy.stop.patience is None
+    assert strategy.stop.window_passes is None
+    assert strategy.stop.patience_passes is None
