@@ -64,6 +64,8 @@ class SharePlanner:
         self.profiles: dict[int, ProfileRecord] = {}
         self.pending: set[int] = set()
         self.held: set[int] = set()  # answered with their profile only: wait for the plan
+        self.late: set[int] = set()  # no profile by the deadline: taken if it comes later
+        self.cap: int | None = None  # the plan's cap on any share (max_share_fraction)
         self.deadline = math.inf
         self.planned = True
 
@@ -135,9 +137,12 @@ class SharePlanner:
         """Take ``node``'s answer to its profile request (``None``: no profile, ``reason``).
 
         ``with_job``: the profile came beside a trained update, so the node does not wait
-        for the plan. Return whether this answer completed the plan.
+        for the plan. Return whether this answer completed the plan. A profile that comes
+        after the deadline of the plan goes to :meth:`late_answer`.
         """
         if not node.profile_pending:
+            if profile is not None:
+                self.late_answer(node, nodes, profile)
             return False
         node.profile_pending = False
         self.pending.discard(node.node_id)
@@ -172,9 +177,53 @@ class SharePlanner:
                 self.config.profile_timeout,
             )
             nodes[node_id].profile_pending = False
+        self.late = set(self.pending)
         self.pending.clear()
         self.finish(nodes)
         return True
+
+    def late_answer(self, node: Node, nodes: dict[int, Node], profile: ProfileRecord) -> None:
+        """Give a node whose profile came after the plan its share by match ratio.
+
+        Its match ratio is computed with every profile received; its share is that ratio
+        times the planned samples per unit of ratio of the profiled nodes (their shares over
+        their ratios, all recomputed together), within its caps. The other shares stay as
+        planned: rebalancing moves them from the observed job times.
+        """
+        if node.node_id not in self.late:
+            return
+        self.late.discard(node.node_id)
+        self.profiles[node.node_id] = profile
+        matched = [i for i in self.profiles if i in nodes and nodes[i].profiled]
+        ids = [*matched, node.node_id]
+        evaluations = np.array([self.profiles[i].evaluations for i in ids], dtype=np.float64)
+        try:
+            ratios = match_ratios(
+                evaluations,
+                self.compute_share(),
+                order_invariant=self.config.order_invariant,
+                drop_empty_axes=self.config.drop_empty_axes,
+            )
+        except InputError as exc:
+            log(WARNING, "%s: late profile of node %s unusable: %s", self.name, node.node_id, exc)
+            return
+        ratio = float(ratios[-1])
+        planned = sum(nodes[i].share for i in matched)
+        weight = math.fsum(float(r) for r in ratios[:-1])
+        if not matched or not planned or not weight > 0 or not ratio > 0:
+            return
+        share = max(1, round(ratio * planned / weight))
+        cap = self.node_cap(node.node_id, self.cap)
+        node.share = share if cap is None else min(share, cap)
+        node.ratio = ratio
+        node.profiled = True
+        log(
+            INFO,
+            "%s: node %s's profile came after the plan: share %d by its match ratio",
+            self.name,
+            node.node_id,
+            node.share,
+        )
 
     def finish(self, nodes: dict[int, Node]) -> None:
         """Assign the initial shares from the profiles received."""
@@ -192,6 +241,7 @@ class SharePlanner:
         if total is None:
             total = round(sum(reported) / len(reported) * n) if reported else 0
         cap = max(1, math.ceil(cfg.max_share_fraction * total)) if total else None
+        self.cap = cap
         profiled = [i for i in ids if i in profiles]
         ratios_by_node: dict[int, float] = {}
         if profiled:

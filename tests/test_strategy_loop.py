@@ -438,6 +438,40 @@ def test_a_virtual_clock_keeps_the_profile_only_first_message() -> None:
     )
 
 
+def test_a_profile_that_comes_after_the_plan_sets_that_nodes_share() -> None:
+    # node 1004 (the fastest by its profile) answers its first message after the profile
+    # timeout: the plan is made without it, and its late profile then gives it its share
+    toy = ToyEdge(evaluations=lambda pid: (1.0 + 10 * pid, 0.0, 1.0, 1.0), with_job=True)
+    clock = ManualClock()
+    first_seen: set[int] = set()
+
+    def latency(node_id: int, msg: Message) -> float:
+        slow_first = node_id == 1004 and node_id not in first_seen
+        first_seen.add(node_id)
+        return 10.0 if slow_first else 1.0
+
+    grid = InProcessGrid(toy, 4, clock=clock, latency=latency)
+    shares = ShareConfig(total_samples=400, profile_timeout=5.0, rebalance="off")
+    strategy = EdgeStrategy(threshold=2, clock=clock, shares=shares)
+    with flwr_logs() as caplog:
+        strategy.start(grid, model(0.0), num_rounds=15, timeout=60.0)
+    assert "node 1004 sent no profile within 5.0 s" in caplog.text
+    assert "node 1004's profile came after the plan: share" in caplog.text
+    sent: dict[int, list[int]] = {}
+    for m in grid.pushed:
+        cfg = m.content.config_records[wire.CONFIG]
+        if wire.SAMPLE_SHARE in cfg:
+            sent.setdefault(m.metadata.dst_node_id, []).append(int(cfg[wire.SAMPLE_SHARE]))  # type: ignore[arg-type]
+    # planned without it: 1004 gets the equal share (100), the others split 300 by ratio
+    assert "shares {1001: 69, 1002: 100, 1003: 131, 1004: 100}" in caplog.text
+    # its first share-carrying job comes after its late profile: more than any other node,
+    # as its profile says; the others keep their planned shares
+    late = f"node 1004's profile came after the plan: share {sent[1004][0]} by"
+    assert late in caplog.text
+    assert sent[1004][0] > 131
+    assert [sent[n][0] for n in (1001, 1002, 1003)] == [69, 100, 131]
+
+
 def test_profile_with_job_must_be_a_boolean() -> None:
     with pytest.raises(ConfigError, match="profile_with_job must be a boolean"):
         ShareConfig(profile_with_job=1)  # type: ignore[arg-type]
