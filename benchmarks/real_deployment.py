@@ -273,6 +273,14 @@ def reanalyze(workdir: Path, target: float) -> dict[str, dict[str, Any]]:
     return results
 
 
+def _at_least_one(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=8)
@@ -290,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reanalyze", type=Path, default=None, help="workdir of a past run")
     parser.add_argument(
         "--repeats",
-        type=int,
+        type=_at_least_one,
         default=1,
         help="run the strategies this many times, FedAvg "
         "first each time and the others in rotated order; verdicts on the medians",

@@ -113,6 +113,7 @@ class SharePlanner:
         self.ids = list(ids)
         self.profiles = {}
         self.held = set()
+        self.late = set()
         self.pending = set(ids) if self.config.profile else set()
         self.deadline = self.clock.real_now() + self.config.profile_timeout
         for node_id in self.pending:
@@ -195,22 +196,18 @@ class SharePlanner:
         self.late.discard(node.node_id)
         self.profiles[node.node_id] = profile
         matched = [i for i in self.profiles if i in nodes and nodes[i].profiled]
+        planned = sum(nodes[i].share for i in matched)
+        if not planned:
+            return  # no profiled share to scale by: the node keeps its equal share
         ids = [*matched, node.node_id]
-        evaluations = np.array([self.profiles[i].evaluations for i in ids], dtype=np.float64)
         try:
-            ratios = match_ratios(
-                evaluations,
-                self.compute_share(),
-                order_invariant=self.config.order_invariant,
-                drop_empty_axes=self.config.drop_empty_axes,
-            )
+            ratios = self.ratios_of([self.profiles[i] for i in ids])
         except InputError as exc:
             log(WARNING, "%s: late profile of node %s unusable: %s", self.name, node.node_id, exc)
             return
         ratio = float(ratios[-1])
-        planned = sum(nodes[i].share for i in matched)
         weight = math.fsum(float(r) for r in ratios[:-1])
-        if not matched or not planned or not weight > 0 or not ratio > 0:
+        if not weight > 0 or not ratio > 0:
             return
         share = max(1, round(ratio * planned / weight))
         cap = self.node_cap(node.node_id, self.cap)
@@ -223,6 +220,16 @@ class SharePlanner:
             self.name,
             node.node_id,
             node.share,
+        )
+
+    def ratios_of(self, profiles: list[ProfileRecord]) -> np.ndarray:
+        """Return the match ratios of ``profiles`` on the distorted radar chart (seed 000)."""
+        evaluations = np.array([p.evaluations for p in profiles], dtype=np.float64)
+        return match_ratios(
+            evaluations,
+            self.compute_share(),
+            order_invariant=self.config.order_invariant,
+            drop_empty_axes=self.config.drop_empty_axes,
         )
 
     def finish(self, nodes: dict[int, Node]) -> None:
@@ -245,14 +252,8 @@ class SharePlanner:
         profiled = [i for i in ids if i in profiles]
         ratios_by_node: dict[int, float] = {}
         if profiled:
-            evaluations = np.array([profiles[i].evaluations for i in profiled], dtype=np.float64)
             try:
-                ratios = match_ratios(
-                    evaluations,
-                    self.compute_share(),
-                    order_invariant=cfg.order_invariant,
-                    drop_empty_axes=cfg.drop_empty_axes,
-                )
+                ratios = self.ratios_of([profiles[i] for i in profiled])
                 ratios_by_node = {i: float(r) for i, r in zip(profiled, ratios, strict=True)}
             except InputError as exc:
                 log(WARNING, "%s: match ratios unavailable (%s): equal shares", self.name, exc)

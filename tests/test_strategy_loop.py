@@ -350,17 +350,23 @@ def _first_messages(grid: InProcessGrid) -> dict[int, Message]:
     return first
 
 
-def test_under_a_wall_clock_the_profile_comes_with_the_first_job() -> None:
-    # a wall clock pays a round trip per message: the first message asks for the profile
-    # *and* a job, so every node's first update counts and nobody waits for the plan
-    toy = ToyEdge(evaluations=lambda pid: (1.0 + 10 * pid, 0.0, 1.0, 1.0), with_job=True)
+def _wall_clock_run(*, with_job: bool, rounds: int) -> tuple[EdgeStrategy, InProcessGrid]:
+    """Four toy nodes profiled 1 : 11 : 21 : 31, K = 3, on a (manual) wall clock."""
+    toy = ToyEdge(evaluations=lambda pid: (1.0 + 10 * pid, 0.0, 1.0, 1.0), with_job=with_job)
     clock = ManualClock()
     grid = InProcessGrid(toy, 4, clock=clock)
     strategy = EdgeStrategy(
         threshold=3, clock=clock, shares=ShareConfig(total_samples=400, rebalance="off")
     )
+    strategy.start(grid, model(0.0), num_rounds=rounds, timeout=30.0)
+    return strategy, grid
+
+
+def test_under_a_wall_clock_the_profile_comes_with_the_first_job() -> None:
+    # a wall clock pays a round trip per message: the first message asks for the profile
+    # *and* a job, so every node's first update counts and nobody waits for the plan
     with flwr_logs() as caplog:
-        strategy.start(grid, model(0.0), num_rounds=2, timeout=30.0)
+        strategy, grid = _wall_clock_run(with_job=True, rounds=2)
     first = _first_messages(grid)
     for m in first.values():
         cfg = m.content.config_records[wire.CONFIG]
@@ -380,13 +386,7 @@ def test_under_a_wall_clock_the_profile_comes_with_the_first_job() -> None:
 
 
 def test_a_client_without_profile_with_job_still_answers_with_its_profile_only() -> None:
-    toy = ToyEdge(evaluations=lambda pid: (1.0 + 10 * pid, 0.0, 1.0, 1.0), with_job=False)
-    clock = ManualClock()
-    grid = InProcessGrid(toy, 4, clock=clock)
-    strategy = EdgeStrategy(
-        threshold=3, clock=clock, shares=ShareConfig(total_samples=400, rebalance="off")
-    )
-    strategy.start(grid, model(0.0), num_rounds=1, timeout=30.0)
+    strategy, grid = _wall_clock_run(with_job=False, rounds=1)
     first = _first_messages(grid)
     assert all(
         m.content.config_records[wire.CONFIG][wire.PROFILE_WITH_JOB] is True for m in first.values()
