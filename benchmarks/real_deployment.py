@@ -122,10 +122,15 @@ def node_id(proc: Proc, timeout: float = 60.0) -> int:
     raise TimeoutError(f"{proc.name} logged no SuperNode ID within {timeout:.0f} s")
 
 
-def profile_cpu(throttle: float) -> dict[str, float]:
-    """Run ``flower-edge profile --quick`` under a throttle; return CPU N and its seconds."""
+def profile_cpu(throttle: float, cache: Path | None = None) -> dict[str, float]:
+    """Run ``flower-edge profile --quick`` under a throttle; return CPU N and its seconds.
+
+    With ``cache`` the report is also stored there (``--cache``), where the node's ClientApp
+    reuses it (node config ``profile-cache``): the node's enrollment.
+    """
     with tempfile.TemporaryDirectory() as tmp:
         argv = [str(VENV_BIN / "flower-edge"), "profile", "--quick", "--json", "--disk-dir", tmp]
+        argv += [] if cache is None else ["--cache", str(cache)]
         start = time.monotonic()
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         with DutyCycle(proc.pid, throttle):
@@ -135,6 +140,23 @@ def profile_cpu(throttle: float) -> dict[str, float]:
         "cpu_N": float(report["resources"]["cpu"]["evaluation"]),
         "seconds": time.monotonic() - start,
     }
+
+
+def enroll(configs: list[dict[str, object]], folder: Path, slow_factor: float) -> list[Any]:
+    """Rate each node in turn into its own profile folder; point its node config at it.
+
+    The last node (the one the benchmark slows) is rated under the same throttle. Returns
+    per node the CPU N and the seconds its profile took (not part of any strategy's time).
+    """
+    done = []
+    for index, config in enumerate(configs):
+        cache = folder / f"node-{index}"
+        throttle = slow_factor if index == len(configs) - 1 else 1.0
+        rated = profile_cpu(throttle, cache)
+        config["profile-cache"] = str(cache)
+        done.append({"node": index, "throttle": throttle, **rated})
+        print(f"enrolled node {index}: CPU N {rated['cpu_N']:.1f} in {rated['seconds']:.1f} s")
+    return done
 
 
 ROUND_LINE = re.compile(r"\[(\w[\w-]*) round (\d+)\] t=([0-9.]+) .* metric=([0-9.eE+-]+)")
@@ -281,7 +303,8 @@ def _at_least_one(text: str) -> int:
     return value
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """Return the command line of the benchmark."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=8)
     parser.add_argument("--slow-factor", type=float, default=10.0)
@@ -293,6 +316,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", type=float, default=0.85)
     parser.add_argument("--slice-budget", type=float, default=-1.0, help="< 0: from overhead")
     parser.add_argument("--profile-check", action="store_true", help="profile CPU N 1x vs slow")
+    parser.add_argument(
+        "--enroll",
+        action="store_true",
+        help="rate each node once before its SuperNode starts (flower-edge profile --quick "
+        "--cache, one node at a time, the slowed one under its throttle); the nodes' "
+        "ClientApps answer the profile request from that report (node config profile-cache)",
+    )
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--reanalyze", type=Path, default=None, help="workdir of a past run")
@@ -303,15 +333,24 @@ def main(argv: list[str] | None = None) -> int:
         help="run the strategies this many times, FedAvg "
         "first each time and the others in rotated order; verdicts on the medians",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def print_reanalysis(args: argparse.Namespace) -> None:
+    """Print (and with ``--out`` store) the verdicts rebuilt from a past run's logs."""
+    found = reanalyze(args.reanalyze, args.target)
+    for name, res in found.items():
+        print(summary_line(name, res, args.target))
+    for line in verdicts(found, args.target):
+        print(line)
+    if args.out:
+        args.out.write_text(json.dumps({"results": found}, indent=1, sort_keys=True))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.reanalyze is not None:
-        results = reanalyze(args.reanalyze, args.target)
-        for name, res in results.items():
-            print(summary_line(name, res, args.target))
-        for line in verdicts(results, args.target):
-            print(line)
-        if args.out:
-            args.out.write_text(json.dumps({"results": results}, indent=1, sort_keys=True))
+        print_reanalysis(args)
         return 0
     names = [s.strip() for s in args.strategies.split(",") if s.strip()]
     record: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}}
@@ -328,7 +367,11 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.monotonic()
     with deployment(workdir) as dep:
         dep.start_superlink()
-        configs = [{"partition-id": i, "num-partitions": args.nodes} for i in range(args.nodes)]
+        configs: list[dict[str, object]] = [
+            {"partition-id": i, "num-partitions": args.nodes} for i in range(args.nodes)
+        ]
+        if args.enroll:
+            record["enrollment"] = enroll(configs, workdir / "enrolled", args.slow_factor)
         dep.start_supernodes(configs, timeout=180)
         slow = dep.nodes[args.nodes - 1]
         record["slow_node"] = node_id(slow)

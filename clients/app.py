@@ -91,8 +91,9 @@ def build_client_app(
     timer_fn : Callable[[Context], DeviceTimer] | None (default: None)
         Simulations: the node's virtual device clock. ``None``: wall clock.
     probe_fn : Callable[[Context], ResourceProbe] | None (default: None)
-        Simulations: the node's virtual resource probe. ``None``: the host's quick profile
-        (``flower_edge.profiling.HostProbe``).
+        Simulations: the node's virtual resource probe. ``None``: the host's profile
+        (``flower_edge.profiling.HostProbe``), kept on disk and reused when the node config
+        names a ``profile-cache`` folder (:func:`clients.profile_cache.node_probe`).
     availability_fn : Callable[[], float] | None (default: None)
         Current availability in [0, 1] that scales the match ratio into the resource ``R``.
         ``None``: :func:`host_availability` on the wall clock, 1.0 on a virtual clock.

@@ -43,11 +43,15 @@ def host_availability() -> float:
     return min(1.0, max(0.0, idle * free))
 
 
-def default_probe(_: Context) -> ResourceProbe:
-    """Return the host's resource probe (the default ``probe_fn``)."""
-    from flower_edge.profiling import HostProbe
+def default_probe(ctx: Context) -> ResourceProbe:
+    """Return the host's resource probe (the default ``probe_fn``).
 
-    return HostProbe()
+    Kept on disk when the node config names a ``profile-cache`` folder
+    (:func:`clients.profile_cache.node_probe`).
+    """
+    from clients.profile_cache import node_probe
+
+    return node_probe(ctx)
 
 
 class NodeRuntime:

@@ -2,7 +2,14 @@
 
 The host's quick profile takes seconds, far more than a local epoch of a small model: within
 one run the ClientApp already runs it once per node (cached in ``context.state``). A device
-that takes part in many runs can also keep the report on disk for a while::
+that takes part in many runs can also keep the report on disk. Without changing the app, give
+the SuperNode a folder in its node config (rate the device there once, when it is enrolled)::
+
+    flower-edge profile --quick --cache /var/lib/flower-edge/profile
+    flower-supernode ... --node-config "profile-cache='/var/lib/flower-edge/profile'"
+
+(``profile-max-age``, seconds, default one day, says how long a stored report is reused;
+see :func:`node_probe`). Or choose the folder in the app::
 
     from clients.profile_cache import cached_host_probe
 
@@ -16,8 +23,6 @@ ignored (logged) and the probe runs again.
 from __future__ import annotations
 
 import os
-import tempfile
-import time
 from collections.abc import Callable
 from logging import WARNING
 from pathlib import Path
@@ -25,11 +30,15 @@ from pathlib import Path
 from flwr.app import Context
 from flwr.common.logger import log
 
-from flower_edge import validate
-from flower_edge.errors import InputError
+from flower_edge import validate, wire
+from flower_edge.errors import ConfigError, InputError
 from flower_edge.profiling.report import MODES, Mode, ProfileReport, ResourceProbe
+from flower_edge.profiling.store import read_report, report_path, write_report
 
-__all__ = ["CachedProbe", "cached_host_probe", "default_cache_dir"]
+__all__ = ["DEFAULT_MAX_AGE", "CachedProbe", "cached_host_probe", "default_cache_dir", "node_probe"]
+
+#: seconds a stored report is reused when the node config sets no ``profile-max-age``
+DEFAULT_MAX_AGE = 86400.0
 
 
 def default_cache_dir() -> Path:
@@ -65,24 +74,14 @@ class CachedProbe:
 
     def path(self, mode: Mode) -> Path:
         """Return the file of the report in ``mode``."""
-        return self.cache_dir / f"profile-{mode}.json"
+        return report_path(self.cache_dir, mode)
 
     def _stored(self, mode: Mode) -> ProfileReport | None:
-        path = self.path(mode)
         try:
-            age = time.time() - path.stat().st_mtime
-            if age > self.max_age or age < 0:
-                return None
-            report = ProfileReport.from_json(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
+            return read_report(self.cache_dir, mode, self.max_age)
+        except InputError as exc:
+            log(WARNING, "ignoring %s: profiling again", exc)
             return None
-        except (OSError, InputError) as exc:
-            log(WARNING, "ignoring the stored profile %s (%s): profiling again", path, exc)
-            return None
-        if report.mode != mode:
-            log(WARNING, "stored profile %s is in mode %s, not %s", path, report.mode, mode)
-            return None
-        return report
 
     def profile(self, mode: Mode) -> ProfileReport:
         """Return the stored report when fresh, else run the probe and store its report."""
@@ -91,16 +90,10 @@ class CachedProbe:
         if report is not None:
             return report
         report = self.probe.profile(mode)
-        path = self.path(mode)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(
-                "w", dir=path.parent, suffix=".json", delete=False, encoding="utf-8"
-            ) as tmp:
-                tmp.write(report.to_json())
-            os.replace(tmp.name, path)
+            write_report(self.cache_dir, report)
         except OSError as exc:
-            log(WARNING, "could not store the profile under %s (%s)", path, exc)
+            log(WARNING, "could not store the profile under %s (%s)", self.cache_dir, exc)
         return report
 
 
@@ -124,3 +117,37 @@ def cached_host_probe(
         return probe
 
     return probe_fn
+
+
+def node_probe(ctx: Context) -> ResourceProbe:
+    """Return the node's host probe, kept on disk when its node config says where.
+
+    The default ``probe_fn`` of :func:`~clients.app.build_client_app`. With the node config key
+    ``profile-cache`` (:data:`flower_edge.wire.PROFILE_CACHE`, a folder) the probe is a
+    :class:`CachedProbe` over that folder, reusing a report for ``profile-max-age``
+    (:data:`flower_edge.wire.PROFILE_MAX_AGE`) seconds, default :data:`DEFAULT_MAX_AGE`;
+    without it, the host's probe measures on every first contact.
+
+    Raises
+    ------
+    ConfigError
+        When ``profile-cache`` is not a non-empty string or ``profile-max-age`` is not a
+        number >= 0 (the message names the key).
+    """
+    from flower_edge.profiling import HostProbe
+
+    folder = ctx.node_config.get(wire.PROFILE_CACHE)
+    if folder is None:
+        return HostProbe()
+    if not isinstance(folder, str) or not folder.strip():
+        raise ConfigError(
+            f"node config {wire.PROFILE_CACHE!r} must be a folder (a non-empty string), "
+            f"got {folder!r}"
+        )
+    max_age = validate.number(
+        f"node config {wire.PROFILE_MAX_AGE!r}",
+        ctx.node_config.get(wire.PROFILE_MAX_AGE, DEFAULT_MAX_AGE),
+        low=0.0,
+        finite=False,
+    )
+    return CachedProbe(HostProbe(), Path(folder).expanduser(), max_age)

@@ -1,12 +1,16 @@
 """``flower-edge profile``: rate this device's cpu, gpu, memory and disk (seed 000 step 2).
 
-Usage: ``flower-edge profile [--quick] [--json] [--disk-dir PATH] [--repeats N]``.
+Usage: ``flower-edge profile [--quick] [--json] [--disk-dir PATH] [--repeats N]
+[--cache FOLDER]``.
 
 By default a readable table goes to stdout and a progress indicator to stderr; with ``--json``
 stdout holds only the report's JSON (the contract of :mod:`flower_edge.profiling.report`).
-Exit codes follow :mod:`flower_edge.cli`: 2 for a missing or unwritable ``--disk-dir`` or a
-``--repeats`` out of range, 130 when interrupted (Ctrl-C or SIGTERM); the temporary folder
-of the disk workloads is removed in every case.
+With ``--cache FOLDER`` the report is also stored as ``FOLDER/profile-<mode>.json``, where a
+flower-edge ClientApp whose node config sets ``profile-cache`` to that folder reuses it
+(:mod:`flower_edge.profiling.store`). Exit codes follow :mod:`flower_edge.cli`: 2 for a missing
+or unwritable ``--disk-dir``, a ``--cache`` folder that cannot be written, or a ``--repeats``
+out of range; 130 when interrupted (Ctrl-C or SIGTERM); the temporary folder of the disk
+workloads is removed in every case.
 """
 
 from __future__ import annotations
@@ -55,6 +59,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "(default: the system's temporary folder)",
     )
     parser.add_argument(
+        "--cache",
+        metavar="FOLDER",
+        default=None,
+        help="also store the report as FOLDER/profile-<mode>.json, where a flower-edge "
+        "ClientApp whose node config sets profile-cache=FOLDER reuses it (rate the device "
+        "once, at enrollment)",
+    )
+    parser.add_argument(
         "--repeats",
         metavar="N",
         type=str,
@@ -87,6 +99,22 @@ def _disk_dir(text: str | None) -> Path | None:
         reason = exc.strerror or type(exc).__name__
         raise InputError(f"--disk-dir {text!r} is not writable: {reason}") from None
     os.rmdir(trial)
+    return path
+
+
+def _cache_dir(text: str | None) -> Path | None:
+    """Return the ``--cache`` folder, created if missing and checked writable before profiling."""
+    if text is None:
+        return None
+    path = Path(text).expanduser()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, trial = tempfile.mkstemp(suffix=".json", dir=path)
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise InputError(f"--cache {text!r} is not a writable folder: {reason}") from None
+    os.close(fd)
+    os.remove(trial)
     return path
 
 
@@ -159,12 +187,21 @@ def run(args: argparse.Namespace) -> int:
     """Run the profile and print it; return the exit code."""
     repeats = _repeats(args.repeats)
     disk_dir = _disk_dir(args.disk_dir)
+    cache = _cache_dir(args.cache)
     from flower_edge.profiling.probe import HostProbe
 
     probe = HostProbe(disk_dir=disk_dir, repeats=repeats, progress=_progress(sys.stderr))
     mode: Mode = "quick" if args.quick else "full"
     with _sigterm_as_interrupt():
         report = probe.profile(mode)
+    if cache is not None:
+        from flower_edge.profiling.store import write_report
+
+        try:
+            path = write_report(cache, report)
+        except OSError as exc:
+            raise InputError(f"--cache {args.cache!r}: cannot store the report ({exc})") from None
+        sys.stderr.write(f"stored {path}\n")
     if args.json:
         sys.stdout.write(report.to_json() + "\n")
     else:

@@ -113,3 +113,8 @@ EVAL_ACCURACY: Final = "eval-accuracy"
 # ---------------------------------------------------------------- node config (--node-config)
 PARTITION_ID: Final = "partition-id"
 NUM_PARTITIONS: Final = "num-partitions"
+#: a folder where the flower-edge ClientApp keeps (and reuses) the device's profile reports,
+#: ``profile-<mode>.json`` (``flower-edge profile --cache FOLDER`` writes one at enrollment)
+PROFILE_CACHE: Final = "profile-cache"
+#: seconds a stored profile report is reused (default one day)
+PROFILE_MAX_AGE: Final = "profile-max-age"

@@ -1,19 +1,28 @@
 """The opt-in on-disk cache of a device's profile report."""
 
+import json
 import logging
 import os
+import re
 from pathlib import Path
 
 import pytest
+from flwr.app import ConfigRecord, Context, RecordDict
 
-from clients.profile_cache import CachedProbe
+from clients.examples import mlp_app
+from clients.profile_cache import DEFAULT_MAX_AGE, CachedProbe, node_probe
+from clients.testing import instruction
+from flower_edge import wire
+from flower_edge.cli import main
 from flower_edge.errors import ConfigError, InputError
+from flower_edge.profiling import HostProbe
 from flower_edge.profiling.report import (
     HostFacts,
     ProfileReport,
     ResourceReport,
     WorkloadResult,
 )
+from flower_edge.profiling.store import read_report, report_path, write_report
 
 
 def _report(mode: str, cpu: float) -> ProfileReport:
@@ -92,3 +101,122 @@ def test_bad_arguments() -> None:
         CachedProbe(CountingProbe(), max_age=-1)
     with pytest.raises(InputError, match="mode must be one of quick, full, got 'slow'"):
         CachedProbe(CountingProbe()).profile("slow")  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- the store (pure)
+
+
+def test_store_round_trip_and_staleness(tmp_path: Path) -> None:
+    report = _report("quick", 7.0)
+    path = write_report(tmp_path / "new", report)
+    assert path == report_path(tmp_path / "new", "quick") == tmp_path / "new" / "profile-quick.json"
+    now = path.stat().st_mtime
+    back = read_report(tmp_path / "new", "quick", max_age=10.0, now=now + 5.0)
+    assert back is not None
+    assert back.evaluations == report.evaluations
+    assert read_report(tmp_path / "new", "quick", max_age=10.0, now=now + 11.0) is None  # stale
+    assert read_report(tmp_path / "new", "quick", max_age=10.0, now=now - 60.0) is None  # future
+    assert read_report(tmp_path / "new", "full", max_age=10.0) is None  # none stored
+    assert [p.name for p in (tmp_path / "new").iterdir()] == ["profile-quick.json"]
+
+
+def test_store_names_the_file_and_field_of_a_bad_report(tmp_path: Path) -> None:
+    path = report_path(tmp_path, "quick")
+    path.write_text(_report("full", 5.0).to_json())
+    with pytest.raises(InputError, match=r"profile-quick\.json: 'mode' is 'full', not 'quick'"):
+        read_report(tmp_path, "quick", max_age=60.0)
+    path.write_text('{"host": 1}')
+    with pytest.raises(InputError, match=r"stored profile .*profile-quick\.json: "):
+        read_report(tmp_path, "quick", max_age=60.0)
+    with pytest.raises(ConfigError, match=r"max_age \(seconds\) must be >= 0"):
+        read_report(tmp_path, "quick", max_age=-1.0)
+
+
+# ---------------------------------------------------------------- node config (no app change)
+
+
+NodeConfig = dict[str, bool | float | int | str]
+
+
+def _ctx(node_config: NodeConfig | None = None) -> Context:
+    config: NodeConfig = {"partition-id": 0, "num-partitions": 1, **(node_config or {})}
+    return Context(run_id=1, node_id=5, node_config=config, state=RecordDict(), run_config={})
+
+
+def test_node_probe_follows_the_node_config(tmp_path: Path) -> None:
+    assert isinstance(node_probe(_ctx()), HostProbe)  # no folder: measure every first contact
+    probe = node_probe(_ctx({wire.PROFILE_CACHE: str(tmp_path)}))
+    assert isinstance(probe, CachedProbe)
+    assert (probe.cache_dir, probe.max_age) == (tmp_path, DEFAULT_MAX_AGE)
+    probe = node_probe(_ctx({wire.PROFILE_CACHE: str(tmp_path), wire.PROFILE_MAX_AGE: 60}))
+    assert isinstance(probe, CachedProbe)
+    assert probe.max_age == 60.0
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({wire.PROFILE_CACHE: ""}, "node config 'profile-cache' must be a folder"),
+        ({wire.PROFILE_CACHE: 3}, "node config 'profile-cache' must be a folder"),
+        (
+            {wire.PROFILE_CACHE: "/tmp", wire.PROFILE_MAX_AGE: -5},
+            "node config 'profile-max-age' must be >= 0, got -5",
+        ),
+        (
+            {wire.PROFILE_CACHE: "/tmp", wire.PROFILE_MAX_AGE: "day"},
+            "node config 'profile-max-age' must be a number",
+        ),
+    ],
+)
+def test_node_probe_rejects_bad_node_config(config: NodeConfig, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        node_probe(_ctx(config))
+
+
+def test_the_clientapp_answers_from_the_enrollment_profile(tmp_path: Path) -> None:
+    """A stored report in the node's ``profile-cache`` folder answers the profile request."""
+    write_report(tmp_path, _report("quick", 123.0))
+    app = mlp_app
+    msg = instruction(
+        RecordDict({wire.CONFIG: ConfigRecord({wire.PROFILE_MODE: "quick"})}),
+        wire.PROFILE_MESSAGE_TYPE,
+        5,
+    )
+    ctx = Context(
+        run_id=1,
+        node_id=5,
+        node_config={"partition-id": 0, "num-partitions": 4, wire.PROFILE_CACHE: str(tmp_path)},
+        state=RecordDict(),
+        run_config={},
+    )
+    reply = app(msg, ctx)
+    assert not reply.has_error(), reply.error
+    rec = reply.content[wire.PROFILE]
+    assert rec[wire.EVAL_CPU] == pytest.approx(123.0)
+    assert json.loads(str(rec[wire.PROFILE_REPORT]))["mode"] == "quick"
+
+
+def test_cli_cache_stores_the_report_for_the_node(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "enrolled" / "node-1"
+    code = main(
+        ["profile", "--quick", "--json", "--disk-dir", str(tmp_path), "--cache", str(folder)]
+    )
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert f"stored {folder / 'profile-quick.json'}" in err
+    stored = read_report(folder, "quick", max_age=60.0)
+    assert stored is not None
+    assert stored.to_dict() == json.loads(out)
+    assert [p.name for p in folder.iterdir()] == ["profile-quick.json"]  # no temporary files
+
+
+def test_cli_cache_that_cannot_be_written_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "file").write_text("x")
+    code = main(["profile", "--quick", "--cache", str(tmp_path / "file")])
+    _, err = capsys.readouterr()
+    assert code == 2
+    assert f"--cache {str(tmp_path / 'file')!r} is not a writable folder" in err
