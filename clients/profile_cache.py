@@ -61,7 +61,10 @@ class CachedProbe:
     """
 
     def __init__(
-        self, probe: ResourceProbe, cache_dir: str | Path | None = None, max_age: float = 86400.0
+        self,
+        probe: ResourceProbe,
+        cache_dir: str | Path | None = None,
+        max_age: float = DEFAULT_MAX_AGE,
     ) -> None:
         validate.number("max_age (seconds)", max_age, low=0.0, finite=False)
         self.probe = probe
@@ -98,7 +101,7 @@ class CachedProbe:
 
 
 def cached_host_probe(
-    cache_dir: str | Path | None = None, max_age: float = 86400.0
+    cache_dir: str | Path | None = None, max_age: float = DEFAULT_MAX_AGE
 ) -> Callable[[Context], CachedProbe]:
     """Return a ``probe_fn`` for :func:`~clients.app.build_client_app`: the host probe, cached.
 
