@@ -10,9 +10,11 @@ host's load; on this host cgroup v2 is not mounted for the cpu controller.
 
 Each strategy (edge, FedBuff, FedAsync, Flower's FedAvg) runs as one ``flwr run`` of
 ``benchmarks/deploy_app`` on the same SuperNodes, FedAvg first: its wall time becomes the time
-budget of the others. The app measures the per-message overhead of the runtime first (one
-evaluate message per node) and picks edge's slice budget from it
-(:func:`flower_edge.slicing.slice_budget_for_overhead`).
+budget of the others. Before each run the benchmark waits until no SuperNode runs a ClientApp
+any more (the jobs a previous run left out finish first; the wait is recorded as
+``idle_wait``), so that no run starts on nodes still busy with another's work. The app
+measures the per-message overhead of the runtime first (one evaluate message per node) and
+picks edge's slice budget from it (:func:`flower_edge.slicing.slice_budget_for_overhead`).
 
 Usage::
 
@@ -142,6 +144,32 @@ def profile_cpu(throttle: float, cache: Path | None = None) -> dict[str, float]:
     }
 
 
+def clientapps(dep: Deployment) -> int:
+    """Return how many ClientApp processes the SuperNodes are running now."""
+    count = 0
+    for proc in dep.nodes.values():
+        try:
+            tree = psutil.Process(proc.pid).children(recursive=True)
+        except psutil.Error:
+            continue
+        for child in tree:
+            with contextlib.suppress(psutil.Error):
+                count += any("flwr-clientapp" in part for part in child.cmdline())
+    return count
+
+
+def wait_idle(dep: Deployment, timeout: float = 180.0) -> float:
+    """Wait until no SuperNode runs a ClientApp (at most ``timeout`` s); return the wait.
+
+    A run that ends with jobs out leaves their ClientApp processes training on the nodes;
+    without this wait they would take CPU from the first seconds of the next strategy's run.
+    """
+    start = time.monotonic()
+    while clientapps(dep) and time.monotonic() - start < timeout:
+        time.sleep(0.5)
+    return time.monotonic() - start
+
+
 def enroll(configs: list[dict[str, object]], folder: Path, slow_factor: float) -> list[Any]:
     """Rate each node in turn into its own profile folder; point its node config at it.
 
@@ -212,6 +240,7 @@ def summary_line(name: str, res: dict[str, Any], target: float) -> str:
         f"time to {target}: {'never' if reached is None else f'{reached:.1f} s'}  "
         f"last {curve[-1][1] if curve else math.nan:.4f}  "
         f"overhead {res['overhead']:.1f} s  slice {res['slice_budget']}  events {res['events']}"
+        f"  idle wait {res.get('idle_wait', 0.0):.1f} s"
     )
 
 
@@ -391,7 +420,9 @@ def main(argv: list[str] | None = None) -> int:
                     "overhead": overhead,
                     "local-epochs": args.local_epochs,
                 }
+                idle = wait_idle(dep)  # the previous run's jobs still out finish first
                 res = run_strategy(dep, name, config, timeout=1800)
+                res["idle_wait"] = idle
                 res["repeat"] = repeat
                 runs[name].append(res)
                 results.setdefault(name, res)  # the first repeat, as a single run records it
