@@ -83,22 +83,31 @@ def _repeats(text: str | None) -> int | None:
     return validate.integer("--repeats", validate.from_text(text, int), low=1, high=_MAX_REPEATS)
 
 
+def _check_writable(path: Path, option: str, text: str, problem: str) -> None:
+    """Raise InputError ``{option} {text!r} {problem}: reason`` unless ``path`` takes a folder.
+
+    Creating (and removing) a trial folder is the real test of writability: permission bits
+    say little to root or on ACLs.
+    """
+    from flower_edge.profiling.probe import TEMP_PREFIX
+
+    try:
+        trial = tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=path)
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise InputError(f"{option} {text!r} {problem}: {reason}") from None
+    os.rmdir(trial)
+
+
 def _disk_dir(text: str | None) -> Path | None:
     if text is None:
         return None
-    from flower_edge.profiling.probe import TEMP_PREFIX
-
     path = Path(text)
     if not path.exists():
         raise InputError(f"--disk-dir {text!r} does not exist")
     if not path.is_dir():
         raise InputError(f"--disk-dir {text!r} is not a folder")
-    try:  # the real test of writability (permission bits say little to root or on ACLs)
-        trial = tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=path)
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        raise InputError(f"--disk-dir {text!r} is not writable: {reason}") from None
-    os.rmdir(trial)
+    _check_writable(path, "--disk-dir", text, "is not writable")
     return path
 
 
@@ -109,12 +118,10 @@ def _cache_dir(text: str | None) -> Path | None:
     path = Path(text).expanduser()
     try:
         path.mkdir(parents=True, exist_ok=True)
-        fd, trial = tempfile.mkstemp(suffix=".json", dir=path)
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise InputError(f"--cache {text!r} is not a writable folder: {reason}") from None
-    os.close(fd)
-    os.remove(trial)
+    _check_writable(path, "--cache", text, "is not a writable folder")
     return path
 
 
