@@ -105,6 +105,22 @@ ABANDONED: Final = "abandoned"
 ABANDONED_JOBS: Final = "abandoned-jobs"
 TRAIN_LOSS: Final = "train-loss"
 VIRTUAL_SECONDS: Final = "virtual-seconds"
+#: the protocol's own metrics of a train reply; any other number a ClientApp sends (e.g. the
+#: quickstart's ``train_loss``) is the app's own and is averaged into the train metrics
+TRAIN_REPLY_KEYS: Final = frozenset(
+    {
+        NUM_EXAMPLES,
+        DONE,
+        JOB_ID,
+        BASE_VERSION,
+        SAMPLES_PROCESSED,
+        TRAIN_SECONDS,
+        ABANDONED,
+        ABANDONED_JOBS,
+        TRAIN_LOSS,
+        VIRTUAL_SECONDS,
+    }
+)
 
 # ---------------------------------------------------------------- evaluate reply
 EVAL_LOSS: Final = "eval-loss"

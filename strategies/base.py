@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 from collections.abc import Callable, Iterable, Sequence
 from logging import INFO, WARNING
 from pathlib import Path
-from typing import TypedDict
+from typing import TypedDict, TypeVar
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
@@ -66,6 +67,28 @@ class StrategyOptions(TypedDict, total=False):
     resume: bool
     fraction_evaluate: float
     min_evaluate_nodes: int
+
+
+_C = TypeVar("_C")
+
+
+def _config(name: str, value: object, kind: type[_C]) -> _C:
+    """Return ``value`` (``kind()`` when ``None``), or raise ConfigError naming ``name``."""
+    if value is None:
+        return kind()
+    if not isinstance(value, kind):
+        raise ConfigError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _folder(value: object) -> Path:
+    """Return ``checkpoint_dir`` as a Path; raise ConfigError if it cannot be a folder."""
+    if not isinstance(value, str | os.PathLike) or not str(value).strip():
+        raise ConfigError(f"checkpoint_dir must be a folder name (str or Path), got {value!r}")
+    path = Path(value)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"checkpoint_dir {str(path)!r} exists and is not a folder")
+    return path
 
 
 class SemiAsyncStrategy(Strategy):
@@ -133,15 +156,17 @@ class SemiAsyncStrategy(Strategy):
         self.threshold = threshold
         self.decay_spec = decay
         self.decay = make_decay(decay, **params)
-        self.loop = LoopConfig() if loop is None else loop
-        self.shares = ShareConfig() if shares is None else shares
-        self.valuation = ValuationConfig() if valuation is None else valuation
-        self.stop = self.default_stop if stop is None else stop
-        self.abandon = AbandonConfig() if abandon is None else abandon
+        self.loop = _config("loop", loop, LoopConfig)
+        self.shares = _config("shares", shares, ShareConfig)
+        self.valuation = _config("valuation", valuation, ValuationConfig)
+        self.stop = self.default_stop if stop is None else _config("stop", stop, StopConfig)
+        self.abandon = _config("abandon", abandon, AbandonConfig)
+        if clock is not None and not isinstance(clock, Clock):
+            raise ConfigError(f"clock must be a strategies Clock, got {type(clock).__name__}")
         self.clock: Clock = WallClock() if clock is None else clock
         if resume and checkpoint_dir is None:
             raise ConfigError("resume=True needs checkpoint_dir")
-        self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
+        self.checkpoint_dir = None if checkpoint_dir is None else _folder(checkpoint_dir)
         self.resume = resume
         self.history: list[AggregationRecord] = []
         self.events: list[JobEvent] = []
@@ -231,6 +256,8 @@ class SemiAsyncStrategy(Strategy):
         log(INFO, "\t├── abandon: %s", self.abandon if self.sends_values() else "off")
         log(INFO, "\t├── clock: %r", self.clock)
         log(INFO, "\t├── checkpoint: %s (resume: %s)", self.checkpoint_dir, self.resume)
+        for line in self.summary_lines():
+            log(INFO, "\t├── %s", line)
         if self.fraction_evaluate > 0:
             log(
                 INFO,
@@ -245,9 +272,27 @@ class SemiAsyncStrategy(Strategy):
                 "the ClientApp's evaluate after each aggregation, as FedAvg does)",
             )
 
+    def summary_lines(self) -> list[str]:
+        """Return the settings a subclass adds to ``summary()`` (before its last line)."""
+        return []
+
     def trigger_text(self) -> str:
         """Describe the aggregation trigger for ``summary()``."""
         return f"> K = {self.threshold}"
+
+    def too_few_hint(self) -> str:
+        """Say how to fix a federation smaller than :meth:`min_nodes` (ends that error)."""
+        need = self.min_nodes()
+        more = (
+            f"run {need} or more SuperNodes (simulation: "
+            f'--federation-config "num-supernodes={need}")'
+        )
+        if self.loop.min_nodes:
+            return f": lower LoopConfig.min_nodes ({self.loop.min_nodes}) or {more}"
+        return (
+            f": {type(self).__name__} aggregates when buffered updates {self.trigger_text()}; "
+            f"set threshold K below the number of nodes, or {more}"
+        )
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -346,6 +391,11 @@ class SemiAsyncStrategy(Strategy):
         """
         validate.integer("num_rounds", num_rounds, low=0)
         validate.number("timeout (seconds)", timeout, low=0.0, low_inclusive=False)
+        if not isinstance(initial_arrays, ArrayRecord):
+            got = type(initial_arrays).__name__
+            raise ConfigError(f"initial_arrays must be a flwr.app.ArrayRecord, got {got}")
+        if evaluate_fn is not None and not callable(evaluate_fn):
+            raise ConfigError(f"evaluate_fn must be callable, got {type(evaluate_fn).__name__}")
         if len(initial_arrays) == 0:
             raise ConfigError("initial_arrays must hold at least one array")
         for key in initial_arrays:
@@ -357,6 +407,8 @@ class SemiAsyncStrategy(Strategy):
                     f"initial_arrays[{key!r}] has dtype {initial_arrays[key].dtype!r}; "
                     "arrays must be numeric (float, int, uint or bool)"
                 )
+            if kind == "f" and not np.isfinite(initial_arrays[key].numpy()).all():
+                raise ConfigError(f"initial_arrays[{key!r}] contains NaN or Inf")
         self.evaluate_fn_given = evaluate_fn is not None
         self.history.clear()
         self.events.clear()

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from logging import INFO, WARNING
@@ -67,6 +68,16 @@ RESUME_ENV: Final = "FLOWER_EDGE_RESUME"
 STATE_FILE = "state.json"
 AUDIT_FILE = "audit.jsonl"
 BUFFER_FILE = "buffer.json"
+FINISHED_FILE = "finished.json"  # written when a run ends: a later start does not resume it
+#: the files of one run's checkpoint (what :meth:`CheckpointStore.archive` moves aside)
+RUN_FILES: Final = (
+    STATE_FILE,
+    AUDIT_FILE,
+    BUFFER_FILE,
+    FINISHED_FILE,
+    "global-*.npz",
+    "update-*.npz",
+)
 
 
 @dataclass(frozen=True)
@@ -228,11 +239,60 @@ class CheckpointStore:
         self.truncate_audit(ckpt.round)
         return state, ckpt.arrays
 
+    def mark_finished(self, version: int, reason: str, num_rounds: int) -> None:
+        """Record that the run ended at ``version`` (``reason``, under ``num_rounds``)."""
+        entry = {"version": version, "reason": reason, "num_rounds": num_rounds}
+        text = json.dumps(entry, sort_keys=True).encode()
+        _atomic_write(self.directory / FINISHED_FILE, lambda h: h.write(text))
+
+    def finished(self) -> dict[str, Any] | None:
+        """Return the finish record of the run in the folder (``None``: not finished)."""
+        path = self.directory / FINISHED_FILE
+        try:
+            entry = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(entry, dict) or not isinstance(entry.get("num_rounds"), int):
+            return None
+        return entry
+
+    def archive(self) -> Path:
+        """Move the run's checkpoint files into a new ``previous-<UTC time>`` subfolder.
+
+        A new run then starts in an empty folder (its audit is not mixed with the old one's),
+        and nothing of the old run is lost. Returns the subfolder.
+        """
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        target = self.directory / f"previous-{stamp}"
+        suffix = 1
+        while target.exists():
+            suffix += 1
+            target = self.directory / f"previous-{stamp}-{suffix}"
+        target.mkdir(parents=True)
+        for pattern in RUN_FILES:
+            for path in self.directory.glob(pattern):
+                os.replace(path, target / path.name)
+        return target
+
     def truncate_audit(self, last_round: int) -> None:
         """Drop audit lines of rounds after ``last_round`` (atomically)."""
         kept = [e for e in self.audit() if int(e["round"]) <= last_round]
         text = "".join(json.dumps(e, sort_keys=True) + "\n" for e in kept).encode()
         _atomic_write(self.directory / AUDIT_FILE, lambda h: h.write(text))
+
+
+def open_store(directory: Path) -> CheckpointStore:
+    """Return the store of ``checkpoint_dir``; raise ConfigError naming it if it is unusable."""
+    try:
+        store = CheckpointStore(directory)
+        probe = store.directory / ".flower-edge-write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(
+            f"checkpoint_dir {str(directory)!r} cannot be created or written: {exc.strerror or exc}"
+        ) from exc
+    return store
 
 
 Metrics = Mapping[int, Mapping[str, Any]]
@@ -412,6 +472,7 @@ def buffer_entry(update: Update, start_time: float) -> dict[str, Any]:
         "received": update.received_at - start_time,
         "late": update.late,
         "train_loss": update.train_loss,
+        "app_metrics": dict(update.app_metrics),
         "file": f"update-{update.node_id}-{update.job_id}.npz",
     }
 
@@ -449,6 +510,8 @@ def buffered_updates(
         if check_update(list(arrays), list(global_arrays)) is not None:
             continue
         loss = entry.get("train_loss")
+        extra = entry.get("app_metrics")
+        extra_items = extra.items() if isinstance(extra, dict) else ()
         out.append(
             Update(
                 node_id=node_id,
@@ -461,6 +524,7 @@ def buffered_updates(
                 received_at=float(entry["received"]) + start_time,
                 late=bool(entry["late"]),
                 train_loss=None if loss is None else float(loss),
+                app_metrics=tuple(sorted((str(k), float(v)) for k, v in extra_items)),
             )
         )
     if out:
@@ -502,10 +566,11 @@ def checkpoint_options(
     if not isinstance(folder, str) or not folder.strip():
         raise ConfigError(f"{CHECKPOINT_DIR_KEY} must be a non-empty folder name, got {folder!r}")
     resume: object = run_config.get(RESUME_KEY, env.get(RESUME_ENV, True))
+    source = RESUME_KEY if RESUME_KEY in run_config else f"{RESUME_KEY} ({RESUME_ENV})"
     if isinstance(resume, str):
         words = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
         if resume.strip().lower() not in words:
-            raise ConfigError(f"{RESUME_KEY} must be true or false, got {resume!r}")
+            raise ConfigError(f"{source} must be true or false, got {resume!r}")
         resume = words[resume.strip().lower()]
     if not isinstance(resume, bool):
         raise ConfigError(f"{RESUME_KEY} must be true or false, got {resume!r}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from logging import WARNING
+from logging import INFO, WARNING
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
@@ -92,6 +92,7 @@ class ClientEvaluation:
         self.replies_in: dict[str, Message] = {}  # pulled, not yet processed
         self.replies: dict[int, list[Message]] = {}
         self.expected: dict[int, int] = {}
+        self.short_noted = False  # the "fewer idle nodes than wanted" line is logged once
 
     @property
     def enabled(self) -> bool:
@@ -102,7 +103,7 @@ class ClientEvaluation:
         """Return the idle nodes to evaluate round ``rnd`` on (seeded by the round)."""
         if not self.enabled or not idle:
             return []
-        want = max(self.min_nodes, math.ceil(self.fraction * registered))
+        want = self.wanted(registered)
         pool = sorted(idle)
         if want >= len(pool):
             return pool
@@ -110,6 +111,10 @@ class ClientEvaluation:
         # choose positions, not ids: numpy turns a list of ids above 2**63 (Flower's node ids
         # are uint64) into float64, which rounds them to ids that do not exist
         return sorted(pool[int(i)] for i in rng.choice(len(pool), size=want, replace=False))
+
+    def wanted(self, registered: int) -> int:
+        """Return the nodes an evaluation round asks for, as Flower's FedAvg counts them."""
+        return max(self.min_nodes, math.ceil(self.fraction * registered))
 
     def message(self, node_id: int, rnd: int, arrays: ArrayRecord) -> Message:
         """Build the evaluate message of round ``rnd`` for ``node_id``."""
@@ -142,6 +147,19 @@ class ClientEvaluation:
         every = list(nodes)
         idle = {n.node_id: n for n in every if n.outstanding is None and not n.gone}
         chosen = self.sample(rnd, list(idle), len(every))
+        want = self.wanted(len(every))
+        if self.enabled and len(chosen) < want and not self.short_noted:
+            self.short_noted = True
+            log(
+                INFO,
+                "client-side evaluation of round %d asks %d of the %d nodes that fraction_evaluate"
+                " and min_evaluate_nodes want: only idle nodes are asked (the others are "
+                "training, and a semi-asynchronous run does not stop them); later rounds may ask"
+                " fewer too (logged once)",
+                rnd,
+                len(chosen),
+                want,
+            )
         messages = [self.message(n, rnd, arrays) for n in chosen]
         for message_id, node_id in dispatcher.push_plain(messages, [idle[n] for n in chosen]):
             self.sent(message_id, rnd)

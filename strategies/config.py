@@ -148,6 +148,7 @@ class LoopConfig:
         validate.integer("min_nodes", self.min_nodes, low=1, allow_none=True)
         _positive("time_budget", self.time_budget, optional=True)
         validate.integer("max_misses", self.max_misses, low=1)
+        validate.boolean("accept_late", self.accept_late)
 
 
 @dataclass(frozen=True)
@@ -226,6 +227,7 @@ class ShareConfig:
     absurd_factor: float = 100.0
 
     def __post_init__(self) -> None:
+        validate.boolean("profile", self.profile)
         _choice("profile_mode", self.profile_mode, PROFILE_MODES)
         _positive("profile_timeout", self.profile_timeout, allow_zero=True)
         if self.profile_with_job is not None:
@@ -239,6 +241,17 @@ class ShareConfig:
                 )
         if self.model is not None and self.input_shape is None:
             raise ConfigError("model needs input_shape (one training batch, batch first)")
+        if self.input_shape is not None:
+            shape = self.input_shape
+            if (
+                not isinstance(shape, tuple | list)
+                or len(shape) < 2
+                or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in shape)
+            ):
+                raise ConfigError(
+                    "input_shape must be a tuple of at least 2 ints >= 1 (one training batch, "
+                    f"batch first, e.g. (32, 64)), got {shape!r}"
+                )
         if self.model is not None and not callable(self.model):
             raise ConfigError(
                 f"model must be a torch.nn.Module or a factory, got {type(self.model).__name__}"
@@ -298,6 +311,10 @@ class ValuationConfig:
         validate.boolean("higher_is_better", self.higher_is_better)
         if self.mode == "first-order" and self.gradient_fn is None:
             raise ConfigError("valuation mode 'first-order' needs gradient_fn")
+        for name in ("gradient_fn", "evaluate_many_fn"):
+            fn = getattr(self, name)
+            if fn is not None and not callable(fn):
+                raise ConfigError(f"{name} must be callable, got {type(fn).__name__}")
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Hashable, Mapping, Sequence
-from logging import INFO
 from typing import Any, Final, Literal, Unpack, get_args
 
 import numpy as np
-from flwr.common.logger import log
 
 from flower_edge import validate
 from flower_edge.aggregation import WeightedSum
@@ -259,13 +257,9 @@ class EdgeStrategy(SemiAsyncStrategy):
             weights.append(weight)
         return Combined(total.mean(), tuple(weights), total)
 
-    def summary(self) -> None:
-        """Log the settings, the aggregation rule included."""
-        super().summary()
-        log(
-            INFO,
-            "\t├── aggregate: %s, server_lr %s, staleness_lr %s",
-            self.aggregate,
-            self.server_lr,
-            self.staleness_lr,
-        )
+    def summary_lines(self) -> list[str]:
+        """Return the aggregation rule's settings for ``summary()``."""
+        return [
+            f"aggregate: {self.aggregate}, server_lr {self.server_lr}, "
+            f"staleness_lr {self.staleness_lr}"
+        ]

@@ -49,14 +49,13 @@ from flwr.serverapp.strategy import Result
 
 from flower_edge.arrays import NDArray
 from strategies.abandon import AbandonPolicy
-from strategies.checkpoint import (
-    CheckpointStore,
-)
+from strategies.checkpoint import open_store
 from strategies.client_eval import ClientEvaluation
 from strategies.convergence import ConvergenceStop
 from strategies.dispatch import Dispatcher
 from strategies.evaluation import EvaluateFn, ServerEvaluation, to_record
 from strategies.events import REPLY, DeadlineEvent, EventQueue, ReplyEvent, Sent
+from strategies.intake import accept_finished, screen_buffer, train_metrics
 from strategies.liveness import expire, on_deadline, stalled, wait
 from strategies.membership import Job, Membership, Node
 from strategies.records import (
@@ -68,8 +67,6 @@ from strategies.records import (
     TrainReply,
     Update,
     parse_reply_for,
-    train_metrics,
-    update_problem,
 )
 from strategies.resume import resume_from_checkpoint, save_buffered_update, save_checkpoint
 from strategies.shares import SharePlanner, profile_beside
@@ -113,6 +110,7 @@ class EventLoop:
         self.planner = SharePlanner(
             grid, self.clock, strategy.shares, strategy.loop.poll_interval, self.name
         )
+        self.planner.check_model()  # p_c of the served model, before any message
         self.evaluation = ServerEvaluation(
             evaluate_fn,
             self.keys,
@@ -150,12 +148,12 @@ class EventLoop:
         )
         self.inflight: dict[str, Sent] = self.dispatcher.inflight  # reply not yet pulled
         self.buffer: list[Update] = []
+        self.reported: dict[int, int] = {}  # latest accepted num-examples per node
         self.result = Result(arrays=initial)
         self.start_time = 0.0
         self.abandoned_total = 0
-        self.store = (
-            None if strategy.checkpoint_dir is None else CheckpointStore(strategy.checkpoint_dir)
-        )
+        folder = strategy.checkpoint_dir
+        self.store = None if folder is None else open_store(folder)
 
     # ================================================================== top level
     def execute(self) -> Result:
@@ -193,6 +191,9 @@ class EventLoop:
             self.stopper.reason or "round budget",
             self.clock.now() - self.start_time,
         )
+        if self.store is not None:  # a later start with the same folder starts a new run
+            reason = self.stopper.reason or "round budget"
+            self.store.mark_finished(self.version, reason, self.stopper.num_rounds)
         pulled = self.dispatcher.finish(self.strategy.loop.poll_interval)
         wanted = set(self.client_eval.rounds)  # the last evaluations: worth a short wait
         pulled += self.dispatcher.drain(min(60.0, self.timeout), 0.01, wanted)
@@ -210,7 +211,7 @@ class EventLoop:
 
     def _register(self) -> list[int]:
         """Wait for the nodes, check that K and the share cap fit them, admit them."""
-        ids = self.membership.wait_for(self.strategy.min_nodes())
+        ids = self.membership.wait_for(self.strategy.min_nodes(), self.strategy.too_few_hint())
         self.strategy.check_node_count(len(ids))
         self.planner.check_node_count(len(ids))
         self.membership.admit(ids)
@@ -279,7 +280,7 @@ class EventLoop:
         when = self.dispatcher.event_time(sent, reply)
         self.queue.push(when, REPLY, ReplyEvent(sent, reply, reason))
 
-    def _reject(self, node: Node, job_id: int, reason: str) -> None:
+    def reject(self, node: Node, job_id: int, reason: str) -> None:
         """Log a rejected reply; the node waits for the next version."""
         log(
             WARNING,
@@ -292,6 +293,12 @@ class EventLoop:
         self.record_event(node.node_id, job_id, "rejected", self.version, detail=reason)
         node.job = None
         node.last_base = self.version
+
+    def record_rejection(self, node_id: int, job_id: int, reason: str) -> None:
+        """Log and record a rejected update of a node that is busy with another job."""
+        what = "%s: rejected update of node %s (job %s): %s"
+        log(WARNING, what, self.name, node_id, job_id, reason)
+        self.record_event(node_id, job_id, "rejected", self.version, detail=reason)
 
     def _on_reply(self, event: ReplyEvent, when: float) -> None:
         """Handle a reply at its event time ``when``."""
@@ -311,15 +318,15 @@ class EventLoop:
         beside = profile_beside(event.reply, event.reason)  # the profile sent with a job
         self.profile_answer(node, sent.job_id, *beside, with_job=True)
         if job is None or job.job_id != sent.job_id:
-            self._reject(node, sent.job_id, "reply for a job that is no longer running")
+            self.reject(node, sent.job_id, "reply for a job that is no longer running")
             return
         if event.reason is not None or not isinstance(event.reply, TrainReply):
-            self._reject(node, job.job_id, event.reason or "unparsable reply")
+            self.reject(node, job.job_id, event.reason or "unparsable reply")
             return
         reply = event.reply
         reason = job.mismatch(reply)
         if reason is not None:
-            self._reject(node, job.job_id, reason)
+            self.reject(node, job.job_id, reason)
             return
         if not reply.done:
             self._on_progress(node, job, reply)
@@ -349,7 +356,7 @@ class EventLoop:
         """Answer a slice report with the next slice (and the newest global if newer)."""
         base = int(reply.base_version or 0)
         node.late = False  # lateness is per message: the next slice has its own deadline
-        self._note_abandon(node, job, reply, base)
+        self.note_abandon(node, job, reply, base)
         job.base_version = base
         self.record_event(node.node_id, job.job_id, "progress", base, reply.samples_processed or 0)
         self.dispatcher.continue_job(
@@ -358,44 +365,20 @@ class EventLoop:
 
     def _on_finished(self, node: Node, job: Job, reply: TrainReply, when: float) -> None:
         """Accept a finished update into the buffer; aggregate if that is due."""
-        base = job.base_version if reply.base_version is None else reply.base_version
-        reason = update_problem(
-            reply,
-            job.share,
-            self.version - base,
-            late=node.late,
-            loop=self.strategy.loop,
-            absurd_factor=self.strategy.shares.absurd_factor,
-            global_arrays=self.global_arrays,
-        )
-        if reason is not None:
-            self._reject(node, job.job_id, reason)
+        update = accept_finished(self, node, job, reply, when)
+        if update is None:
             return
-        self._note_abandon(node, job, reply, base)  # restarted jobs can finish in one slice
-        # dt runs from the send of the global the update started from (after an abandon, the
-        # newer global the node restarted from), not from the job's first message
-        delay = max(when - job.delivered[base], 0.0)
-        if job.abandoned == 0 and job.share > 0:
-            self.planner.observe(node, job.share, max(when - job.started_at, 0.0))
-        update = Update(
-            node_id=node.node_id,
-            job_id=job.job_id,
-            base_version=base,
-            arrays=reply.arrays or (),
-            num_examples=reply.num_examples,
-            share=job.share,
-            delay=delay,
-            received_at=when,
-            late=node.late,
-            train_loss=reply.train_loss,
-        )
         self.buffer.append(update)
-        self.record_event(node.node_id, job.job_id, "finished", base, reply.samples_processed or 0)
+        self.record_event(
+            node.node_id, job.job_id, "finished", update.base_version, reply.samples_processed or 0
+        )
         self.dispatcher.finished(job.job_id)
         node.job = None
-        node.last_base = base
+        node.last_base = update.base_version
         node.late = False
         save_buffered_update(self, update)  # before the aggregation it may trigger
+        if self.strategy.aggregation_due(len(self.buffer)):
+            screen_buffer(self)  # absurd num-examples of unmodified apps, first updates too
         if self.strategy.aggregation_due(len(self.buffer)):
             self._aggregate(when)
 
@@ -446,7 +429,7 @@ class EventLoop:
         self.stopper.observe(metric)
         save_checkpoint(self, record)
 
-    def _note_abandon(self, node: Node, job: Job, reply: TrainReply, base: int) -> None:
+    def note_abandon(self, node: Node, job: Job, reply: TrainReply, base: int) -> None:
         """Count a reply's slice in the abandon tally; record the abandon if it is one."""
         self.abandon.progress(job.job_id, job.share, reply.samples_processed or 0, reply.abandoned)
         if reply.abandoned:

@@ -24,7 +24,11 @@ from strategies.clock import Clock
 from strategies.config import LoopConfig
 from strategies.records import TrainReply
 
-__all__ = ["Job", "Membership", "Node"]
+__all__ = ["SIMULATION_SETTLE", "Job", "Membership", "Node"]
+
+#: seconds to wait for more nodes once the first has registered under Flower's simulation
+#: engine, which registers the whole federation at once
+SIMULATION_SETTLE = 3.0
 
 
 @dataclass
@@ -146,19 +150,36 @@ class Membership:
         """Return the ids the grid lists now."""
         return {int(n) for n in self.grid.get_node_ids()}
 
-    def wait_for(self, need: int) -> list[int]:
-        """Wait until ``need`` nodes have registered; raise ConfigError after the timeout."""
+    def wait_for(self, need: int, hint: str = "") -> list[int]:
+        """Wait until ``need`` nodes have registered; raise ConfigError after the timeout.
+
+        Under Flower's simulation engine (its in-memory grid) every node of the federation
+        registers at once, so a federation that is too small is known within
+        :data:`SIMULATION_SETTLE` seconds of the first node: the error comes then, not after
+        ``registration_timeout``. ``hint`` (how to fix it) ends the error's message.
+        """
+        simulated = type(self.grid).__name__ == "InMemoryGrid"
         deadline = self.clock.real_now() + self.loop.registration_timeout
+        first_seen: float | None = None
         while True:
             ids = sorted(self.registered_ids())
-            if len(ids) >= need or self.clock.real_now() >= deadline:
+            now = self.clock.real_now()
+            if len(ids) >= need or now >= deadline:
                 break
-            self.clock.sleep(min(self.loop.poll_interval, deadline - self.clock.real_now()))
+            if simulated and ids:
+                first_seen = now if first_seen is None else first_seen
+                if now - first_seen >= SIMULATION_SETTLE:
+                    raise ConfigError(
+                        f"the simulated federation has {len(ids)} nodes; this strategy needs "
+                        f"at least {need} (min_nodes; default: the fewest that can trigger an "
+                        f"aggregation){hint}"
+                    )
+            self.clock.sleep(min(self.loop.poll_interval, deadline - now))
         if len(ids) < need:
             raise ConfigError(
                 f"only {len(ids)} nodes registered within {self.loop.registration_timeout} s;"
                 f" need at least {need} (min_nodes; default: the fewest that can trigger an "
-                f"aggregation)"
+                f"aggregation){hint}"
             )
         log(INFO, "%s: %d nodes registered", self.name, len(ids))
         return ids

@@ -8,16 +8,16 @@ history that simulations and reports read (:class:`AggregationRecord`, :class:`J
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import numpy as np
 import numpy.typing as npt
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 
 from flower_edge import wire
-from flower_edge.aggregation import WeightedSum, check_update
+from flower_edge.aggregation import WeightedSum
 from flower_edge.errors import InputError
 
 __all__ = [
@@ -33,8 +33,6 @@ __all__ = [
     "parse_profile_reply",
     "parse_reply_for",
     "parse_train_reply",
-    "train_metrics",
-    "update_problem",
 ]
 
 NDArray = npt.NDArray[Any]
@@ -107,6 +105,10 @@ class TrainReply:
         :data:`wire.PROFILE_WITH_JOB`.
     profile_problem : str, optional
         Why a profile sent beside the update was rejected (the update itself stands).
+    app_metrics : tuple of (str, float)
+        The app's own metrics: every finite number of the reply's MetricRecord that is not a
+        protocol key (:data:`flower_edge.wire.TRAIN_REPLY_KEYS`), e.g. the quickstart's
+        ``train_loss``, sorted by name.
     """
 
     node_id: int
@@ -125,6 +127,7 @@ class TrainReply:
     drop_in: bool
     profile: ProfileRecord | None = None
     profile_problem: str | None = None
+    app_metrics: tuple[tuple[str, float], ...] = ()
 
 
 def _number(metrics: MetricRecord, key: str, *, integer: bool, required: bool = False) -> Any:
@@ -245,7 +248,23 @@ def parse_train_reply(msg: Message, keys: Sequence[str]) -> TrainReply:
         drop_in=drop_in,
         profile=profile,
         profile_problem=profile_problem,
+        app_metrics=app_metrics(metrics),
     )
+
+
+def app_metrics(metrics: MetricRecord) -> tuple[tuple[str, float], ...]:
+    """Return the app's own numeric metrics of a train reply, sorted by name.
+
+    Protocol keys are left out, and so are values that are not finite numbers (lists, NaN):
+    they are the app's business and never a reason to reject its update.
+    """
+    out = []
+    for key, value in metrics.items():
+        if key in wire.TRAIN_REPLY_KEYS or isinstance(value, bool):
+            continue
+        if isinstance(value, int | float) and math.isfinite(float(value)):
+            out.append((str(key), float(value)))
+    return tuple(sorted(out))
 
 
 def parse_profile_reply(msg: Message) -> ProfileRecord:
@@ -459,6 +478,8 @@ class Update:
         It missed its soft deadline.
     train_loss : float, optional
         Reported training loss.
+    app_metrics : tuple of (str, float)
+        The app's own metrics of the reply (:attr:`TrainReply.app_metrics`).
     """
 
     node_id: int
@@ -471,6 +492,7 @@ class Update:
     received_at: float
     late: bool
     train_loss: float | None
+    app_metrics: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -506,6 +528,23 @@ def is_profile_reply(msg: Message) -> bool:
     )
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def short_error(reason: str, limit: int = 300) -> str:
+    """Return a one-line form of a client error's reason, for a log line.
+
+    Flower puts the ClientApp's whole traceback (with the terminal's colour codes) into the
+    reason: keep its last non-empty line (the exception), without colour codes, at most
+    ``limit`` characters.
+    """
+    lines = [line.strip() for line in _ANSI.sub("", reason).splitlines() if line.strip()]
+    if not lines:
+        return "(no reason given)"
+    last = lines[-1] if len(lines) == 1 else f"{lines[-1]} (the node logs the traceback)"
+    return last if len(last) <= limit else last[: limit - 3] + "..."
+
+
 def parse_reply_for(
     msg: Message, node_id: int, keys: Sequence[str], *, virtual: bool
 ) -> tuple[TrainReply | ProfileRecord | None, str | None]:
@@ -520,7 +559,8 @@ def parse_reply_for(
     """
     if msg.has_error():
         error = msg.error
-        return None, f"client error for node {node_id} (code {error.code}): {error.reason}"
+        why = short_error(str(error.reason))
+        return None, f"client error for node {node_id} (code {error.code}): {why}"
     src = int(msg.metadata.src_node_id)
     if src != node_id:
         return None, f"reply from node {src} to a message for node {node_id}"
@@ -536,59 +576,3 @@ def parse_reply_for(
     if virtual and not reply.done and not (reply.virtual_seconds or 0.0) > 0.0:
         return None, f"progress report without {wire.VIRTUAL_SECONDS} > 0 under a virtual clock"
     return reply, None
-
-
-def train_metrics(
-    record: AggregationRecord, updates: Sequence[Update], abandoned_total: int
-) -> MetricRecord:
-    """Return the Result's ``train_metrics_clientapp`` entry of an aggregation."""
-    out: dict[str, int | float | list[int] | list[float]] = {
-        "participants": len(record.participants),
-        "mean-staleness": float(np.mean(record.staleness)),
-        "max-staleness": int(max(record.staleness)),
-        "mean-delay": float(np.mean(record.delays)),
-        "clock-time": float(record.time),
-        "late-updates": sum(record.late),
-        "abandoned-jobs": abandoned_total,
-        "num-examples": sum(u.num_examples for u in updates),
-    }
-    losses = [(u.train_loss, u.num_examples) for u in updates if u.train_loss is not None]
-    if losses:
-        out["train-loss"] = math.fsum(loss * n for loss, n in losses) / sum(n for _, n in losses)
-    per_node: dict[str, float] = {}
-    for node_id, value, weight in zip(
-        record.participants, record.values, record.weights, strict=True
-    ):
-        per_node[f"value-{node_id}"] = per_node.get(f"value-{node_id}", 0.0) + value
-        per_node[f"weight-{node_id}"] = per_node.get(f"weight-{node_id}", 0.0) + weight
-    out.update(per_node)
-    return MetricRecord(out)
-
-
-def update_problem(
-    reply: TrainReply,
-    share: int,
-    staleness: int,
-    *,
-    late: bool,
-    loop: Any,
-    absurd_factor: float,
-    global_arrays: Sequence[NDArray],
-) -> str | None:
-    """Return why a finished update cannot enter the buffer (``None`` if it can).
-
-    ``loop`` is the strategy's ``LoopConfig`` (``staleness_bound``, ``accept_late``); the
-    arrays must fit ``global_arrays``; more than ``absurd_factor`` times a known ``share`` of
-    examples is absurd.
-    """
-    bound = loop.staleness_bound
-    if bound is not None and staleness > bound:
-        return f"staleness {staleness} beyond the bound {bound}"
-    if late and not loop.accept_late:
-        return "missed its deadline (accept_late is off)"
-    reason = check_update(list(reply.arrays or ()), list(global_arrays))
-    if reason is not None:
-        return reason
-    if share > 0 and reply.num_examples > absurd_factor * share:
-        return f"absurd {wire.NUM_EXAMPLES} {reply.num_examples} for a share of {share}"
-    return None

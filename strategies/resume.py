@@ -8,13 +8,14 @@
 
 from __future__ import annotations
 
-from logging import INFO
+from logging import INFO, WARNING
 from typing import TYPE_CHECKING
 
 from flwr.app import MetricRecord
 from flwr.common.logger import log
 
 from strategies.checkpoint import (
+    FINISHED_FILE,
     CheckpointStore,
     NodeState,
     RunState,
@@ -77,6 +78,7 @@ def _restore_buffer(loop: EventLoop, store: CheckpointStore) -> None:
     restored = buffered_updates(store, loop.global_arrays, loop.start_time, base, loop.name)
     for update in restored:
         loop.buffer.append(update)
+        loop.reported[update.node_id] = update.num_examples
         if update.node_id in loop.nodes:
             node = loop.nodes[update.node_id]
             node.last_base = max(node.last_base, update.base_version)
@@ -85,9 +87,31 @@ def _restore_buffer(loop: EventLoop, store: CheckpointStore) -> None:
 def resume_from_checkpoint(loop: EventLoop, ids: list[int]) -> bool:
     """Continue from the checkpoint if asked to and there is one; return whether it did."""
     store = loop.store
-    if store is None or not loop.strategy.resume or not store.exists():
+    if store is None or not store.exists():
+        return False
+    if not loop.strategy.resume:
+        kept = store.archive()
+        log(INFO, "%s: a new run (resume is off): the old checkpoint moved to %s", loop.name, kept)
         return False
     state, arrays = store.load_run(loop.keys)
+    budget = loop.stopper.num_rounds
+    finished = store.finished()
+    stopped_early = finished is not None and finished.get("num_rounds", 0) >= budget
+    if state.version >= budget or stopped_early:
+        kept = store.archive()
+        log(
+            WARNING,
+            "%s: the checkpoint in %s holds a finished run (%d aggregations, %s): nothing to "
+            "resume, this is a new run; the old checkpoint moved to %s (raise num_rounds to "
+            "continue a finished run)",
+            loop.name,
+            store.directory,
+            state.version,
+            "round budget" if finished is None else finished.get("reason", "stopped"),
+            kept,
+        )
+        return False
+    (store.directory / FINISHED_FILE).unlink(missing_ok=True)  # it goes on: not finished
     loop.version = state.version
     loop.global_arrays = list(arrays)
     loop.global_record = to_record(loop.keys, loop.global_arrays)
@@ -118,11 +142,11 @@ def resume_from_checkpoint(loop: EventLoop, ids: list[int]) -> bool:
     _restore_buffer(loop, store)
     log(
         INFO,
-        "%s: resumed from %s at round %d (clock %.3f); job ids from %d",
+        "%s: resumed from %s at round %d (t=%.3f s since the run's first start); job ids from %d",
         loop.name,
         store.directory,
         loop.version,
-        loop.clock.now(),
+        state.elapsed,
         loop.dispatcher.last_job_id() + 1,
     )
     return True

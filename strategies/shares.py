@@ -77,6 +77,26 @@ class SharePlanner:
                 f"of nodes ({count}) so that the shares can add up to the total"
             )
 
+    def check_model(self) -> None:
+        """Run the served model's operator analysis now, before any message (``"auto"``).
+
+        Raises
+        ------
+        ConfigError
+            The model does not run on ``input_shape`` (the shares would silently fall back
+            to equal ones otherwise).
+        """
+        cfg = self.config
+        if cfg.compute_share != "auto" or cfg.model is None:
+            return
+        try:
+            self.compute_share()
+        except InputError as exc:
+            raise ConfigError(
+                f"ShareConfig model and input_shape {cfg.input_shape}: the operator analysis "
+                f"of the served model failed: {exc}"
+            ) from exc
+
     def compute_share(self) -> float:
         """Return ``p_c`` of the radar chart; ``"auto"`` runs the operator analysis once."""
         cfg = self.config

@@ -230,7 +230,10 @@ def test_checkpoint_options_read_the_run_config_or_the_environment(tmp_path: Pat
     }
     env = {"FLOWER_EDGE_CHECKPOINT_DIR": folder, "FLOWER_EDGE_RESUME": "0"}
     assert checkpoint_options({}, env)["resume"] is False
-    with pytest.raises(ConfigError, match="flower-edge-resume must be true or false, got 'maybe'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"flower-edge-resume \(FLOWER_EDGE_RESUME\) must be true or false, got 'maybe'",
+    ):
         checkpoint_options(
             {}, {"FLOWER_EDGE_CHECKPOINT_DIR": folder, "FLOWER_EDGE_RESUME": "maybe"}
         )
@@ -298,3 +301,50 @@ def test_the_plateau_window_survives_a_resume(tmp_path: Path) -> None:
     assert state["recent"] == sequence[2:5]
     resumed = run(14, tmp_path, resume=True)
     assert len(resumed.history) == len(whole.history)
+
+
+def test_a_finished_run_is_not_resumed_a_new_run_starts_and_the_old_one_is_kept(
+    tmp_path: Path,
+) -> None:
+    from conftest import flwr_logs
+
+    first, _ = _run(2, tmp_path, resume=True)
+    finished = json.loads((tmp_path / "finished.json").read_text())
+    assert finished == {"num_rounds": 2, "reason": "round budget", "version": 2}
+    with flwr_logs() as caplog:
+        again, _ = _run(2, tmp_path, resume=True)  # the same command run a second time
+    assert [h.round for h in again.history] == [1, 2]  # it trained: not the old result
+    assert "holds a finished run (2 aggregations, round budget)" in caplog.text
+    previous = sorted(tmp_path.glob("previous-*"))
+    assert len(previous) == 1
+    old_audit = CheckpointStore(previous[0]).audit()
+    new_audit = CheckpointStore(tmp_path).audit()
+    assert [e["round"] for e in old_audit] == [1] * 4 + [2] * 4
+    assert [e["round"] for e in new_audit] == [1] * 4 + [2] * 4  # not mixed with the old
+    assert first.history[0].to_json() == again.history[0].to_json()
+
+
+def test_a_run_stopped_early_by_its_rule_is_finished_under_the_same_budget(tmp_path: Path) -> None:
+    stop = StopConfig(target=0.0)  # met by the first aggregation
+    first, _ = _run(5, tmp_path, resume=True, stop=stop)
+    assert len(first.history) == 1
+    again, _ = _run(5, tmp_path, resume=True, stop=stop)
+    assert [h.round for h in again.history] == [1]
+    assert len(list(tmp_path.glob("previous-*"))) == 1
+
+
+def test_a_finished_run_continues_when_the_budget_is_raised(tmp_path: Path) -> None:
+    _run(2, tmp_path, resume=True)
+    more, _ = _run(4, tmp_path, resume=True)
+    assert [h.round for h in more.history] == [1, 2, 3, 4]
+    assert not list(tmp_path.glob("previous-*"))
+    assert json.loads((tmp_path / "finished.json").read_text())["version"] == 4
+
+
+def test_resume_off_keeps_the_old_checkpoint_aside(tmp_path: Path) -> None:
+    _run(3, tmp_path)
+    fresh, _ = _run(1, tmp_path, resume=False)
+    assert len(fresh.history) == 1
+    (previous,) = tmp_path.glob("previous-*")
+    assert [e["round"] for e in CheckpointStore(previous).audit()][-1] == 3
+    assert [e["round"] for e in CheckpointStore(tmp_path).audit()] == [1] * 4

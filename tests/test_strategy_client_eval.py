@@ -87,6 +87,10 @@ def test_without_fraction_evaluate_nothing_is_sent_and_the_log_says_so() -> None
     assert result.evaluate_metrics_clientapp == {}
     assert {m.metadata.message_type for m in grid.pushed} == {"train"}
     assert "client-side evaluation: off (fraction_evaluate=0.0" in caplog.text
+    lines = [r.getMessage() for r in caplog.records]
+    rule = next(i for i, line in enumerate(lines) if line.startswith("\t├── aggregate: "))
+    last = next(i for i, line in enumerate(lines) if line.startswith("\t└── client-side"))
+    assert rule < last  # the edge rule's line sits inside the settings tree, which ends last
 
 
 def test_an_evaluate_config_without_fraction_evaluate_is_warned_about() -> None:
@@ -130,3 +134,20 @@ def test_aggregate_evaluate_matches_a_hand_weighted_mean_and_skips_bad_replies()
 def test_bad_evaluation_options_name_the_field(options: dict[str, object], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         EdgeStrategy(threshold=2, **options)  # type: ignore[arg-type]
+
+
+def test_fewer_idle_nodes_than_wanted_is_said_once() -> None:
+    with flwr_logs() as caplog:
+        _, result, grid = _run(fraction_evaluate=1.0)  # wants all 4: some are always training
+    sent = {
+        rnd: sum(
+            1
+            for m in grid.pushed
+            if m.metadata.message_type == "evaluate" and m.metadata.group_id == str(rnd)
+        )
+        for rnd in (1, 2, 3)
+    }
+    assert min(sent.values()) < 4
+    assert caplog.text.count("only idle nodes are asked") == 1
+    assert "of the 4 nodes that fraction_evaluate" in caplog.text
+    assert set(result.evaluate_metrics_clientapp) == {1, 2, 3}

@@ -67,7 +67,7 @@ BAD: dict[str, tuple[Callable[[Message, Context], Message], str]] = {
     "error": (_raises, "client error for node .* disk full"),
     "shape": (
         lambda m, c: _reply(m, {"w": np.ones(4, np.float32), "steps": np.array([1])}, _protocol(m)),
-        "array 0 has shape",
+        r"array 0 \('w'\) has shape",
     ),
     "nan": (
         lambda m, c: _reply(
@@ -183,6 +183,23 @@ def test_duplicate_and_foreign_replies_are_rejected() -> None:
         (lambda: FedAsync(alpha=0.0), r"alpha must be in \(0, 1\]"),
         (lambda: FedAsync(staleness_fn="exp"), "staleness_fn must be one of"),  # type: ignore[arg-type]
         (lambda: FedBuff(threshold=2, server_lr=-1.0), "server_lr must be"),
+        (lambda: EdgeStrategy(2, loop={"slice_budget": 1}), "loop must be a LoopConfig, got dict"),  # type: ignore[arg-type]
+        (lambda: EdgeStrategy(2, shares=LoopConfig()), "shares must be a ShareConfig, got Loop"),  # type: ignore[arg-type]
+        (lambda: EdgeStrategy(2, stop=3), "stop must be a StopConfig, got int"),  # type: ignore[arg-type]
+        (lambda: EdgeStrategy(2, clock="wall"), "clock must be a strategies Clock, got str"),  # type: ignore[arg-type]
+        (lambda: EdgeStrategy(2, checkpoint_dir=123), "checkpoint_dir must be a folder name"),  # type: ignore[arg-type]
+        (lambda: EdgeStrategy(2, checkpoint_dir="/etc/passwd"), "exists and is not a folder"),
+        (lambda: ShareConfig(profile="yes"), "profile must be a boolean"),  # type: ignore[arg-type]
+        (lambda: LoopConfig(accept_late="no"), "accept_late must be a boolean"),  # type: ignore[arg-type]
+        (
+            lambda: ShareConfig(input_shape=(32, -1)),
+            r"input_shape must be a tuple .* got \(32, -1\)",
+        ),
+        (lambda: ShareConfig(input_shape="32,64"), "input_shape must be a tuple"),  # type: ignore[arg-type]
+        (
+            lambda: ValuationConfig(mode="first-order", gradient_fn=5),
+            "gradient_fn must be callable",
+        ),  # type: ignore[arg-type]
     ],
 )
 def test_invalid_settings_raise_a_clear_error(make: Callable[[], object], match: str) -> None:
@@ -230,9 +247,26 @@ def test_too_few_nodes_registered_raises_before_any_message() -> None:
     grid = InProcessGrid(ToyEdge(), 3)
     strategy = EdgeStrategy(threshold=3, clock=VirtualClock(wall=ManualClock()))
     with pytest.raises(
-        ConfigError, match="only 3 nodes registered within 120.0 s; need at least 4"
+        ConfigError, match="only 3 nodes registered within 120.0 s; need at least 4.*threshold K"
     ):
         strategy.start(grid, model(0.0), num_rounds=1)
+    assert grid.pushed == []
+
+
+def test_a_simulated_federation_too_small_fails_within_seconds_naming_the_fix() -> None:
+    class InMemoryGrid(InProcessGrid):  # Flower's simulation grid, by name
+        pass
+
+    wall = ManualClock()
+    grid = InMemoryGrid(ToyEdge(), 2)
+    strategy = EdgeStrategy(threshold=2, clock=VirtualClock(wall=wall))
+    with pytest.raises(ConfigError) as caught:
+        strategy.start(grid, model(0.0), num_rounds=1)
+    message = str(caught.value)
+    assert "the simulated federation has 2 nodes; this strategy needs at least 3" in message
+    assert "set threshold K below the number of nodes" in message
+    assert '--federation-config "num-supernodes=3"' in message
+    assert wall.real_now() <= 3.5  # not the 120 s registration timeout
     assert grid.pushed == []
 
 
@@ -466,4 +500,42 @@ def test_non_numeric_initial_arrays_raise_before_any_message() -> None:
     bad = ArrayRecord({"w": Array(np.array(["a", "b"]))})
     with pytest.raises(ConfigError, match=r"initial_arrays\['w'\] has dtype '<U1'"):
         EdgeStrategy(threshold=2, clock=virtual()).start(grid, bad, num_rounds=1)
+    assert grid.pushed == []
+
+
+@pytest.mark.parametrize(
+    ("start", "match"),
+    [
+        ({"initial_arrays": None}, "initial_arrays must be a flwr.app.ArrayRecord, got NoneType"),
+        ({"evaluate_fn": 5}, "evaluate_fn must be callable, got int"),
+        ({"initial_arrays": model([1.0, math.nan, 1.0])}, r"initial_arrays\['w'\] contains NaN"),
+    ],
+)
+def test_bad_start_arguments_raise_before_any_message(start: dict, match: str) -> None:  # type: ignore[type-arg]
+    grid = InProcessGrid(ToyEdge(), 4)
+    strategy = EdgeStrategy(threshold=2, clock=virtual(), shares=EQUAL)
+    arguments = {"initial_arrays": model(0.0), **start}
+    with pytest.raises(ConfigError, match=match):
+        strategy.start(grid, num_rounds=1, **arguments)
+    assert grid.pushed == []
+
+
+def test_a_model_that_does_not_fit_its_input_shape_fails_before_any_message() -> None:
+    import torch
+
+    grid = InProcessGrid(ToyEdge(), 4)
+    shares = ShareConfig(profile=False, model=lambda: torch.nn.Linear(64, 10), input_shape=(32, 63))
+    strategy = EdgeStrategy(threshold=2, clock=virtual(), shares=shares)
+    with pytest.raises(ConfigError, match=r"ShareConfig model and input_shape \(32, 63\)"):
+        strategy.start(grid, model(0.0), num_rounds=1)
+    assert grid.pushed == []
+
+
+def test_an_unusable_checkpoint_dir_is_named(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "a-file").write_text("")  # a folder under a file cannot be made, even by root
+    grid = InProcessGrid(ToyEdge(), 4)
+    folder = tmp_path / "a-file" / "ckpt"
+    strategy = EdgeStrategy(threshold=2, clock=virtual(), shares=EQUAL, checkpoint_dir=folder)
+    with pytest.raises(ConfigError, match="checkpoint_dir .*ckpt' cannot be created or written"):
+        strategy.start(grid, model(0.0), num_rounds=1)
     assert grid.pushed == []

@@ -1,0 +1,209 @@
+"""Intake of finished updates: checks, the buffered :class:`Update`, and the buffer's screen.
+
+Functions over a :class:`~strategies.loop.EventLoop`:
+
+- :func:`accept_finished`: check a finished reply (staleness bound, lateness, arrays that fit
+  the global model, ``num-examples`` against the job's share) and build its :class:`Update`,
+  or reject it with a logged reason that names the field;
+- :func:`train_metrics`: the Result's train metrics of an aggregation, with the app's own
+  metrics averaged by ``num-examples`` as Flower's FedAvg does;
+- :func:`screen_buffer`: before an aggregation, reject every buffered update without a known
+  share (an unmodified ClientApp, whose ``num-examples`` is its weight basis) that claims more
+  than ``ShareConfig.absurd_factor`` times the median of the other nodes' reports
+  (:func:`~strategies.records.absurd_examples`). It runs at the trigger rather than at
+  arrival so that the first updates of a run, which have no reference yet, are screened too.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from flwr.app import MetricRecord
+
+from flower_edge import wire
+from flower_edge.aggregation import check_update
+from flower_edge.arrays import NDArray
+from strategies.membership import Job, Node
+from strategies.records import AggregationRecord, TrainReply, Update
+
+if TYPE_CHECKING:
+    from strategies.loop import EventLoop
+
+__all__ = [
+    "absurd_examples",
+    "accept_finished",
+    "averaged_app_metrics",
+    "name_array",
+    "screen_buffer",
+    "train_metrics",
+    "update_problem",
+]
+
+
+def accept_finished(
+    loop: EventLoop, node: Node, job: Job, reply: TrainReply, when: float
+) -> Update | None:
+    """Return the :class:`Update` of a finished reply, or ``None`` after rejecting it."""
+    base = job.base_version if reply.base_version is None else reply.base_version
+    reason = update_problem(
+        reply,
+        job.share,
+        loop.version - base,
+        late=node.late,
+        loop=loop.strategy.loop,
+        absurd_factor=loop.strategy.shares.absurd_factor,
+        global_arrays=loop.global_arrays,
+        keys=loop.keys,
+    )
+    if reason is not None:
+        loop.reject(node, job.job_id, reason)
+        return None
+    loop.note_abandon(node, job, reply, base)  # restarted jobs can finish in one slice
+    # dt runs from the send of the global the update started from (after an abandon, the
+    # newer global the node restarted from), not from the job's first message
+    delay = max(when - job.delivered[base], 0.0)
+    if job.abandoned == 0 and job.share > 0:
+        loop.planner.observe(node, job.share, max(when - job.started_at, 0.0))
+    loop.reported[node.node_id] = reply.num_examples
+    return Update(
+        node_id=node.node_id,
+        job_id=job.job_id,
+        base_version=base,
+        arrays=reply.arrays or (),
+        num_examples=reply.num_examples,
+        share=job.share,
+        delay=delay,
+        received_at=when,
+        late=node.late,
+        train_loss=reply.train_loss,
+        app_metrics=reply.app_metrics,
+    )
+
+
+def screen_buffer(loop: EventLoop) -> None:
+    """Reject the buffered updates whose ``num-examples`` is absurd (see the module doc)."""
+    factor = loop.strategy.shares.absurd_factor
+    kept = []
+    for update in loop.buffer:
+        reason = None
+        if update.share <= 0:
+            reason = absurd_examples(update.num_examples, update.node_id, loop.reported, factor)
+        if reason is None:
+            kept.append(update)
+            continue
+        loop.reported.pop(update.node_id, None)  # never a reference for the others
+        node = loop.nodes.get(update.node_id)
+        if node is not None and node.job is None:
+            loop.reject(node, update.job_id, reason)
+        else:  # the node has moved on to a new job: log and record only
+            loop.record_rejection(update.node_id, update.job_id, reason)
+    loop.buffer = kept
+
+
+def train_metrics(
+    record: AggregationRecord, updates: Sequence[Update], abandoned_total: int
+) -> MetricRecord:
+    """Return the Result's ``train_metrics_clientapp`` entry of an aggregation."""
+    out: dict[str, int | float | list[int] | list[float]] = {
+        "participants": len(record.participants),
+        "mean-staleness": float(np.mean(record.staleness)),
+        "max-staleness": int(max(record.staleness)),
+        "mean-delay": float(np.mean(record.delays)),
+        "clock-time": float(record.time),
+        "late-updates": sum(record.late),
+        "abandoned-jobs": abandoned_total,
+        "num-examples": sum(u.num_examples for u in updates),
+    }
+    losses = [(u.train_loss, u.num_examples) for u in updates if u.train_loss is not None]
+    if losses:
+        out["train-loss"] = math.fsum(loss * n for loss, n in losses) / sum(n for _, n in losses)
+    for key, mean in averaged_app_metrics(updates).items():
+        out.setdefault(key, mean)  # the strategy's own keys win a clash
+    per_node: dict[str, float] = {}
+    for node_id, value, weight in zip(
+        record.participants, record.values, record.weights, strict=True
+    ):
+        per_node[f"value-{node_id}"] = per_node.get(f"value-{node_id}", 0.0) + value
+        per_node[f"weight-{node_id}"] = per_node.get(f"weight-{node_id}", 0.0) + weight
+    out.update(per_node)
+    return MetricRecord(out)
+
+
+def averaged_app_metrics(updates: Sequence[Update]) -> dict[str, float]:
+    """Return each app metric averaged by ``num-examples`` over the updates that sent it.
+
+    This is what Flower's FedAvg does with the train metrics (``aggregate_metricrecords``
+    weighted by ``num-examples``), so an app's ``train_loss`` reads the same under both.
+    """
+    sums: dict[str, list[float]] = {}
+    for u in updates:
+        for key, value in u.app_metrics:
+            acc = sums.setdefault(key, [0.0, 0.0])
+            acc[0] += value * u.num_examples
+            acc[1] += u.num_examples
+    return {key: total / weight for key, (total, weight) in sums.items() if weight > 0}
+
+
+def absurd_examples(
+    num_examples: int, node_id: int, reported: Mapping[int, int], factor: float
+) -> str | None:
+    """Return why ``num_examples`` is absurd beside the other nodes' reports (else ``None``).
+
+    For an update without a known share (an unmodified ClientApp), ``num-examples`` is its
+    weight basis: one node that claims 10**9 examples would take the aggregate over. It is
+    absurd when it is more than ``factor`` times the median of the latest accepted report of
+    every *other* node in ``reported`` (at least two of them; fewer give no reference).
+    """
+    others = [n for nid, n in reported.items() if nid != node_id]
+    if len(others) < 2:
+        return None
+    median = float(np.median(others))
+    if num_examples > factor * median:
+        return (
+            f"absurd {wire.NUM_EXAMPLES} {num_examples}: more than {factor:g}x the median "
+            f"({median:g}) of the other nodes' reports"
+        )
+    return None
+
+
+def name_array(reason: str, keys: Sequence[str]) -> str:
+    """Return ``reason`` with its leading ``array i`` named by the model key, when known."""
+    head, _, rest = reason.partition(" ")
+    index, _, tail = rest.partition(" ")
+    if head == "array" and index.isdigit() and int(index) < len(keys):
+        return f"array {index} ({keys[int(index)]!r}) {tail}"
+    return reason
+
+
+def update_problem(
+    reply: TrainReply,
+    share: int,
+    staleness: int,
+    *,
+    late: bool,
+    loop: Any,
+    absurd_factor: float,
+    global_arrays: Sequence[NDArray],
+    keys: Sequence[str] = (),
+) -> str | None:
+    """Return why a finished update cannot enter the buffer (``None`` if it can).
+
+    ``loop`` is the strategy's ``LoopConfig`` (``staleness_bound``, ``accept_late``); the
+    arrays must fit ``global_arrays`` (a bad array is named by its index and, given the
+    model's ``keys``, its name); more than ``absurd_factor`` times a known ``share`` of
+    examples is absurd.
+    """
+    bound = loop.staleness_bound
+    if bound is not None and staleness > bound:
+        return f"staleness {staleness} beyond the bound {bound}"
+    if late and not loop.accept_late:
+        return "missed its deadline (accept_late is off)"
+    reason = check_update(list(reply.arrays or ()), list(global_arrays))
+    if reason is not None:
+        return name_array(reason, keys)
+    if share > 0 and reply.num_examples > absurd_factor * share:
+        return f"absurd {wire.NUM_EXAMPLES} {reply.num_examples} for a share of {share}"
+    return None
