@@ -11,8 +11,15 @@ The model options (``--input-shape``, ``--input-dtype``, ``--model-kwargs``, ``-
 ``--forward-only``, ``--execute``) are shared with ``flower-edge plan --model``
 (:func:`add_model_options`, :func:`analyze_args`).
 
-Exit codes: 0 success, 2 bad input (unknown model, a factory that raises, an input shape that
-does not fit).
+In the default (shapes-only) mode the step runs on the ``meta`` device, whose kernels check
+shapes but not every dtype rule; a forward pass on a batch of at most two samples of the given
+dtype, on the CPU, checks that the input fits the model before the analysis
+(:func:`check_input_fits`). The example batch is allocated for real either way (the analysis
+falls back to the CPU when the model cannot run on ``meta``), so ``--input-shape`` may hold at
+most :data:`MAX_INPUT_ELEMENTS` elements.
+
+Exit codes: 0 success, 2 bad input (unknown model, a factory that raises, an input shape or
+dtype that does not fit, a batch too large to allocate).
 """
 
 from __future__ import annotations
@@ -34,15 +41,22 @@ if TYPE_CHECKING:
     from flower_edge.operators import ModelProfile
 
 __all__ = [
+    "MAX_INPUT_ELEMENTS",
     "add_model_options",
     "add_parser",
     "analyze_args",
+    "check_input_fits",
     "format_profile",
     "load_model",
     "parse_input_shape",
     "run",
     "run_analyze",
 ]
+
+#: most elements of the example batch (``--input-shape``): 2**28, 1 GiB of float32
+MAX_INPUT_ELEMENTS = 2**28
+#: samples of the batch that checks the fit of the input in the shapes-only mode
+_FIT_CHECK_SAMPLES = 2
 
 
 # ---------------------------------------------------------------- parser
@@ -108,14 +122,28 @@ def run(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- model loading
 def parse_input_shape(text: str) -> tuple[int, ...]:
-    """Parse ``"32,1,28,28"`` into a shape of positive integers."""
+    """Parse ``"32,1,28,28"`` (or ``"32x1x28x28"``) into a shape of positive integers.
+
+    Raises
+    ------
+    InputError
+        Naming ``--input-shape``: an empty or non-integer field, an entry < 1, or more than
+        :data:`MAX_INPUT_ELEMENTS` elements in all.
+    """
+    fields = text.replace("x", ",").split(",")
     try:
-        shape = tuple(int(v) for v in text.replace("x", ",").split(",") if v.strip())
+        shape = tuple(int(v) for v in fields)  # int() accepts surrounding blanks, not ""
     except ValueError:
         shape = ()
     if not shape or any(v <= 0 for v in shape):
         raise InputError(
             f"--input-shape must be comma-separated integers >= 1 (e.g. 32,1,28,28), got {text!r}"
+        )
+    elements = math.prod(shape)
+    if elements > MAX_INPUT_ELEMENTS:
+        raise InputError(
+            f"--input-shape {text!r} holds {elements:.3g} elements; an example batch may hold at "
+            f"most {MAX_INPUT_ELEMENTS} (2**28): use a smaller batch"
         )
     return shape
 
@@ -188,20 +216,85 @@ def load_model(spec: str, shape: tuple[int, ...], kwargs: Mapping[str, Any]) -> 
     return model
 
 
-def _example_input(shape: tuple[int, ...], dtype: str) -> torch.Tensor:
+def _example_input(
+    shape: tuple[int, ...], dtype: str, given: tuple[int, ...] | None = None
+) -> torch.Tensor:
+    """Allocate a batch of ``shape``; a failure is bad input naming ``--input-shape``.
+
+    ``given`` is the ``--input-shape`` that the message names (default: ``shape``), when
+    ``shape`` is a part of it (the fit check's batch).
+    """
     import torch
 
-    return torch.zeros(shape, dtype=getattr(torch, dtype))
+    try:
+        return torch.zeros(shape, dtype=getattr(torch, dtype))
+    except (RuntimeError, MemoryError) as exc:
+        raise InputError(
+            f"--input-shape {','.join(map(str, given or shape))}: cannot allocate a batch of "
+            f"{math.prod(shape)} {dtype} elements: {_first_line(exc)}"
+        ) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    """Return the first line of an exception's message (its type name when it has none)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def check_input_fits(model: nn.Module, shape: tuple[int, ...], dtype: str) -> None:
+    """Run the model's forward pass on a small CPU batch of ``dtype`` to check that it fits.
+
+    The shapes-only analysis runs on the ``meta`` device, whose kernels check shapes but not
+    every dtype rule (an ``int64`` batch goes through a float ``Linear`` there). This runs the
+    forward pass for real on at most two samples of the batch (the first dimension), in eval
+    mode and without gradients, so that batch-norm statistics and parameters stay as they are.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model to check (its training mode is restored).
+    shape : tuple of int
+        The example batch shape, batch first.
+    dtype : str
+        The example batch dtype (a ``torch`` attribute name, e.g. ``"float32"``).
+
+    Raises
+    ------
+    InputError
+        The forward pass raises; the message names ``--input-shape`` and ``--input-dtype``.
+    """
+    import torch
+
+    small = (min(shape[0], _FIT_CHECK_SAMPLES), *shape[1:]) if len(shape) > 1 else shape
+    x = _example_input(small, dtype, given=shape)
+    training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(x)
+    except Exception as exc:  # the model's own code rejects the input
+        raise InputError(
+            f"input shape {shape} ({dtype}) does not fit the model ({type(model).__name__}): "
+            f"{_first_line(exc)}; check --input-shape and --input-dtype"
+        ) from exc
+    finally:
+        model.train(training)
 
 
 def analyze_args(args: argparse.Namespace, spec: str) -> ModelProfile:
-    """Load the model ``spec`` and analyse it with the model options in ``args``."""
+    """Load the model ``spec`` and analyse it with the model options in ``args``.
+
+    In the default (shapes-only) mode the input's fit is checked first on a small CPU batch
+    (:func:`check_input_fits`); with ``--execute`` the step itself runs on the CPU.
+    """
     from flower_edge.operators import analyze_model
 
     if args.input_shape is None:
         raise InputError("--input-shape is required with --model")
     shape = parse_input_shape(args.input_shape)
     model = load_model(spec, shape, _model_kwargs(args.model_kwargs))
+    if not args.execute:
+        check_input_fits(model, shape, args.input_dtype)
     return analyze_model(
         model,
         _example_input(shape, args.input_dtype),

@@ -27,8 +27,9 @@ matplotlib); this module finds it through the entry-point group :data:`PLOTS_GRO
 ``plan`` works without it, and ``--plot`` without it is bad input.
 
 Exit codes: 0 success, 2 bad input (unreadable or malformed file, duplicate ids, unknown
-model, a factory that raises, an input shape that does not fit, F < 0, capacities that cannot
-hold F, ``--plot`` where the radar plot or matplotlib is not installed).
+model, a factory that raises, an input shape or dtype that does not fit, F < 0, capacities that
+cannot hold F, ``--max-rows`` < 0, ``--plot`` where the radar plot or matplotlib is not installed,
+or a ``--plot`` path that is a folder, in a missing or unwritable folder, or cannot be written).
 """
 
 from __future__ import annotations
@@ -145,6 +146,11 @@ def _read_json(path_text: str, option: str) -> Any:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"{option} {path_text!r}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"{option} {path_text!r} is not UTF-8 text (byte {exc.start}: {exc.reason}); "
+            "expected a JSON file"
+        ) from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -353,6 +359,41 @@ def _int_option(text: str, option: str) -> int:
     return validate.integer(option, validate.from_text(text, int), low=0, error=InputError)
 
 
+def _check_plot_path(text: str) -> Path:
+    """Check ``--plot`` before any computing: not a folder, in an existing writable folder.
+
+    Creating (and removing) a trial file in the folder is the real test of writability:
+    permission bits say little to root or on ACLs (``/sys`` refuses new files even to root).
+
+    Raises
+    ------
+    InputError
+        Naming ``--plot``: an empty path, an existing folder, a missing parent folder, or a
+        parent folder that does not take a new file.
+    """
+    import os
+    import tempfile
+
+    if not text.strip():
+        raise InputError("--plot must be a file name (PNG), got ''")
+    path = Path(text).expanduser()
+    if path.is_dir():
+        raise InputError(f"--plot {text!r} is a folder; give a file name, e.g. {text}/radar.png")
+    folder = path.parent
+    if not folder.is_dir():
+        raise InputError(f"--plot {text!r}: folder {str(folder)!r} does not exist")
+    try:
+        fd, trial = tempfile.mkstemp(prefix=".flower-edge-plot-", suffix=".png", dir=folder)
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise InputError(
+            f"--plot {text!r}: folder {str(folder)!r} is not writable: {reason}"
+        ) from None
+    os.close(fd)
+    os.unlink(trial)
+    return path
+
+
 def format_plan(doc: Mapping[str, Any], other: Allocation, max_rows: int) -> str:
     """Return the readable plan table."""
     nodes = doc["nodes"]
@@ -414,6 +455,7 @@ def radar_plotter() -> RadarPlotter:
 def run_plan(args: argparse.Namespace) -> int:
     """Run ``flower-edge plan``; return the exit code."""
     total = _int_option(args.total_samples, "--total-samples")
+    max_rows = validate.integer("--max-rows", args.max_rows, low=0, error=InputError)
     try:
         k0 = float(args.seconds_per_sample)
     except ValueError:
@@ -421,14 +463,11 @@ def run_plan(args: argparse.Namespace) -> int:
     ids, evaluations, capacities = read_profiles(_read_json(args.profiles, "--profiles"))
     observations = (
         read_observations(_read_json(args.observations, "--observations"), ids)
-        if args.observations
+        if args.observations is not None
         else {}
     )
-    plot = radar_plotter() if args.plot else None
-    if args.plot:
-        folder = Path(args.plot).parent
-        if not folder.is_dir():
-            raise InputError(f"--plot {args.plot!r}: folder {str(folder)!r} does not exist")
+    plot = radar_plotter() if args.plot is not None else None
+    plot_path = _check_plot_path(args.plot) if args.plot is not None else None
     share = _compute_share(args)
     doc, alloc = build_plan(
         ids,
@@ -442,8 +481,14 @@ def run_plan(args: argparse.Namespace) -> int:
         seconds_per_sample=k0,
         drop_empty_axes=args.drop_empty_axes,
     )
-    if plot is not None:
-        plot(evaluations, share, ids, args.plot)
+    if plot is not None and plot_path is not None:
+        try:
+            plot(evaluations, share, ids, str(plot_path))
+        except OSError as exc:
+            reason = exc.strerror or str(exc) or type(exc).__name__
+            raise InputError(
+                f"--plot {args.plot!r}: cannot write the radar chart: {reason}"
+            ) from None
     if args.json:
         sys.stdout.write(json.dumps(doc) + "\n")
         return 0
@@ -460,11 +505,11 @@ def run_plan(args: argparse.Namespace) -> int:
         seconds_per_sample=k0,
         drop_empty_axes=args.drop_empty_axes,
     )
-    sys.stdout.write(format_plan(doc, other, max(0, args.max_rows)) + "\n")
+    sys.stdout.write(format_plan(doc, other, max_rows) + "\n")
     if not observations:
         sys.stdout.write(
             f"(no observations: times from the match-ratio prior, k = K0 / m with K0 = {k0:g})\n"
         )
-    if args.plot:
+    if plot_path is not None:
         sys.stdout.write(f"radar chart: {args.plot}\n")
     return 0

@@ -7,10 +7,10 @@ By default a readable table goes to stdout and a progress indicator to stderr; w
 stdout holds only the report's JSON (the contract of :mod:`flower_edge.profiling.report`).
 With ``--cache FOLDER`` the report is also stored as ``FOLDER/profile-<mode>.json``, where a
 flower-edge ClientApp whose node config sets ``profile-cache`` to that folder reuses it
-(:mod:`flower_edge.profiling.store`). Exit codes follow :mod:`flower_edge.cli`: 2 for a missing
-or unwritable ``--disk-dir``, a ``--cache`` folder that cannot be written, or a ``--repeats``
-out of range; 130 when interrupted (Ctrl-C or SIGTERM); the temporary folder of the disk
-workloads is removed in every case.
+(:mod:`flower_edge.profiling.store`). Exit codes follow :mod:`flower_edge.cli`: 2 for an empty,
+missing or unwritable ``--disk-dir``, an empty ``--cache`` or one that cannot be written, or a
+``--repeats`` out of range; 130 when interrupted (Ctrl-C or SIGTERM); the temporary folder of
+the disk workloads is removed in every case.
 """
 
 from __future__ import annotations
@@ -99,9 +99,16 @@ def _check_writable(path: Path, option: str, text: str, problem: str) -> None:
     os.rmdir(trial)
 
 
+def _not_empty(text: str, option: str) -> None:
+    """Reject an empty folder name: ``Path("")`` would silently mean the current folder."""
+    if not text.strip():
+        raise InputError(f"{option} must name a folder, got {text!r}")
+
+
 def _disk_dir(text: str | None) -> Path | None:
     if text is None:
         return None
+    _not_empty(text, "--disk-dir")
     path = Path(text)
     if not path.exists():
         raise InputError(f"--disk-dir {text!r} does not exist")
@@ -115,6 +122,7 @@ def _cache_dir(text: str | None) -> Path | None:
     """Return the ``--cache`` folder, created if missing and checked writable before profiling."""
     if text is None:
         return None
+    _not_empty(text, "--cache")
     path = Path(text).expanduser()
     try:
         path.mkdir(parents=True, exist_ok=True)

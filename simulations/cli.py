@@ -11,7 +11,11 @@ Without ``--json`` it prints a summary table and writes the JSON and the plots i
 (default ``runs/<scenario>-<UTC timestamp>/``). With ``--json`` only the JSON contract of
 :mod:`simulations.report` goes to stdout (a list for ``--strategy all``; the engine's own
 output is sent to stderr), and files are written only when ``--out`` is given. Progress goes
-to stderr. Every option is validated before the engine starts (exit code 2).
+to stderr. Every option is validated before the engine starts (exit code 2), under its option
+name; an explicit ``--ray-address HOST:PORT`` must accept a TCP connection within
+:data:`RAY_CONNECT_TIMEOUT` seconds (:func:`check_ray_address`). A one-line note on stderr
+says when ``--clients`` lowers the scenario's K, and when ``--cpus`` or ``--ray-address`` is
+ignored (``--engine inprocess``, or ``--cpus`` with ``--ray-address``).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -31,10 +36,15 @@ from flower_edge.errors import InputError
 if TYPE_CHECKING:
     from simulations.app import SimSettings
     from simulations.report import RunResult
+    from simulations.scenarios import Scenario
 
-__all__ = ["add_parser", "run"]
+__all__ = ["RAY_CONNECT_TIMEOUT", "add_parser", "check_ray_address", "run"]
 
 DEFAULT_RUNS_DIR = Path("runs")
+#: seconds that an explicit ``--ray-address HOST:PORT`` has to accept a TCP connection
+RAY_CONNECT_TIMEOUT = 5.0
+#: an explicit ``HOST:PORT`` (``[IPv6]:PORT`` included) Ray address; other forms go unchecked
+_HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+):(\d+)")
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -101,14 +111,53 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
-def _settings(args: argparse.Namespace) -> list[SimSettings]:
-    from simulations.app import SimSettings
-    from simulations.scenarios import resolve_strategies
+def _check_overrides(args: argparse.Namespace) -> Scenario:
+    """Check the scenario, the strategy and the overrides under the CLI's option names.
+
+    :class:`~simulations.app.SimSettings` checks them again, under the settings' field names;
+    checking here first makes every message name the option (``--clients``, not ``clients``).
+
+    Returns
+    -------
+    Scenario
+        The scenario named by ``--scenario``, without the overrides.
+    """
+    from simulations.scenarios import DATASET_SIZES, resolve_scenario, resolve_strategies
 
     validate.integer("--rounds", args.rounds, low=1, allow_none=True, error=InputError)
     validate.integer("--seed", args.seed, low=0, error=InputError)
     validate.integer("--cpus", args.cpus, low=1, allow_none=True, error=InputError)
-    return [
+    try:
+        base = resolve_scenario(args.scenario)
+    except InputError as exc:
+        raise InputError(f"--scenario: {exc}") from None
+    try:
+        resolve_strategies(args.strategy)
+    except InputError as exc:
+        raise InputError(f"--strategy: {exc}") from None
+    clients = validate.integer("--clients", args.clients, low=2, allow_none=True, error=InputError)
+    if clients is not None and clients > base.max_clients:
+        raise InputError(
+            f"--clients must be <= {base.max_clients} for scenario {base.name!r}: its "
+            f"{DATASET_SIZES[base.dataset]} {base.dataset} training samples cannot give "
+            f"{clients} clients {base.min_client_samples} samples each"
+        )
+    validate.number(
+        "--heterogeneity", args.heterogeneity, low=1.0, allow_none=True, error=InputError
+    )
+    n = base.num_clients if clients is None else clients
+    k = validate.integer("--threshold", args.threshold, allow_none=True, error=InputError)
+    if k is not None and not 1 <= k < n:
+        raise InputError(f"--threshold K must be >= 1 and < clients ({n}), got {k}")
+    return base
+
+
+def _settings(args: argparse.Namespace) -> list[SimSettings]:
+    from simulations.app import SimSettings
+    from simulations.scenarios import resolve_strategies
+
+    base = _check_overrides(args)
+    runs = [
         SimSettings.create(
             args.scenario,
             name,
@@ -120,6 +169,88 @@ def _settings(args: argparse.Namespace) -> list[SimSettings]:
         )
         for name in resolve_strategies(args.strategy)
     ]
+    k = runs[0].scenario.threshold
+    if args.threshold is None and k != base.threshold:
+        _note(
+            f"--clients {args.clients} is not above the scenario's K = {base.threshold}: K "
+            f"lowered to {k} (clients // 4, at least 1); set --threshold to choose K"
+        )
+    return runs
+
+
+def _note(text: str) -> None:
+    """Print a one-line note on stderr (stdout may hold the JSON result)."""
+    print(f"flower-edge simulate: note: {text}", file=sys.stderr)
+
+
+def _engine_options(args: argparse.Namespace) -> dict[str, Any] | None:
+    """Return the Ray ``init`` arguments; note the options that the engine ignores.
+
+    Raises
+    ------
+    InputError
+        Naming ``--ray-address``: empty, a bad port, or a ``HOST:PORT`` that does not accept a
+        TCP connection within :data:`RAY_CONNECT_TIMEOUT` seconds (:func:`check_ray_address`).
+    """
+    if args.engine == "inprocess":
+        ignored = [
+            opt
+            for opt, value in (("--ray-address", args.ray_address), ("--cpus", args.cpus))
+            if value is not None
+        ]
+        if ignored:
+            _note(
+                f"{' and '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} ignored with "
+                "--engine inprocess (one process, no Ray)"
+            )
+        return None
+    if args.ray_address is None:
+        return None
+    if args.cpus is not None:
+        _note("--cpus is ignored with --ray-address (the cluster's CPUs are used)")
+    check_ray_address(args.ray_address)
+    return {"address": args.ray_address}
+
+
+def check_ray_address(address: str, timeout: float = RAY_CONNECT_TIMEOUT) -> None:
+    """Check that an explicit ``HOST:PORT`` Ray address accepts a TCP connection.
+
+    Ray retries an unreachable GCS address for minutes ("Failed to connect to GCS"); this
+    fails within ``timeout`` seconds instead. Other address forms (``auto``, ``local``,
+    ``ray://HOST:PORT``) go to Ray unchecked.
+
+    Parameters
+    ----------
+    address : str
+        The ``--ray-address`` value.
+    timeout : float (default: :data:`RAY_CONNECT_TIMEOUT`)
+        Seconds to wait for the connection.
+
+    Raises
+    ------
+    InputError
+        Naming ``--ray-address``: empty, a port outside 1-65535, or no connection.
+    """
+    import socket
+
+    if not address.strip():
+        raise InputError("--ray-address must not be empty (e.g. auto, or HEAD_IP:6379)")
+    found = _HOST_PORT.fullmatch(address.strip())
+    if found is None:
+        return
+    host, port = found.group(1).strip("[]"), int(found.group(2))
+    if not 1 <= port <= 65535:
+        raise InputError(f"--ray-address {address!r}: the port must be in 1-65535, got {port}")
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as exc:
+        reason = "timed out" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
+        raise InputError(
+            f"--ray-address {address!r}: no Ray head answers at {host}:{port} within "
+            f"{timeout:g} s ({reason}); start one there (ray start --head --port {port}) or "
+            "use --ray-address auto"
+        ) from None
 
 
 def _out_dir(args: argparse.Namespace) -> Path | None:
@@ -236,15 +367,16 @@ def run(args: argparse.Namespace) -> int:
     from simulations.scenarios import SCENARIOS
 
     if args.list:
+        width = max(map(len, SCENARIOS))
         for name, sc in SCENARIOS.items():
-            print(f"{name:<12} {sc.description}")
+            print(f"{name:<{width}}  {sc.description}")
         return 0
     runs = _settings(args)  # every bad option fails here, before the engine starts
+    ray_init_args = _engine_options(args)
     out = _out_dir(args)
     from simulations.report import results_to_json, summary_table
     from simulations.runner import run_experiment
 
-    ray_init_args = None if args.ray_address is None else {"address": args.ray_address}
     progress = _Progress(sys.stderr, len(runs))
     as_list = args.strategy == "all" or len(runs) > 1
     results: list[RunResult] = []

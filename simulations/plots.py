@@ -173,6 +173,9 @@ def plot_radar(
     ------
     InputError
         Bad evaluations or share, or a label count that differs from the node count.
+    OSError
+        ``path`` cannot be written (a folder, a missing folder, no permission); the figure is
+        closed all the same. ``flower-edge plan --plot`` checks the path before computing.
     """
     from matplotlib.colors import Normalize
 
@@ -277,6 +280,8 @@ def plot_radar(
     ax.set_title(
         f"Distorted radar, {n} nodes  (p_c={chart.compute_share:.2f}, p_m={chart.memory_share:.2f})"
     )
-    fig.savefig(out, format="png", bbox_inches="tight")
-    plt.close(fig)
+    try:
+        fig.savefig(out, format="png", bbox_inches="tight")
+    finally:  # a failed write (a folder, no permission) must not leak the figure
+        plt.close(fig)
     return out

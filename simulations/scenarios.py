@@ -149,7 +149,7 @@ class Scenario:
         validate.choice("dataset", self.dataset, sorted(DATASET_SIZES))
         validate.choice("partition", self.partition, PARTITIONS)
         validate.integer("clients", self.num_clients, low=2, error=InputError)
-        most = DATASET_SIZES[self.dataset] // self.min_client_samples
+        most = self.max_clients
         if self.num_clients > most:
             raise InputError(
                 f"clients must be <= {most} for scenario {self.name!r}: its "
@@ -191,6 +191,11 @@ class Scenario:
             allow_none=True,
             error=InputError,
         )
+
+    @property
+    def max_clients(self) -> int:
+        """The most clients the data set can hold, ``min_client_samples`` samples each."""
+        return DATASET_SIZES[self.dataset] // self.min_client_samples
 
     def population(self, seed: int) -> PopulationConfig:
         """Return the device population of this scenario under ``seed``."""

@@ -9,7 +9,8 @@ The Flower App (:mod:`simulations.app`) reads its settings from the run config
 key                      meaning (default)
 =======================  =====================================================================
 ``scenario``             scenario name (``digits-20``); see ``simulations.scenarios``
-``strategy``             ``edge`` | ``edge-seed`` | ``fedavg`` | ``fedbuff`` | ``fedasync`` (edge)
+``strategy``             ``edge`` | ``edge-seed`` | ``fedavg`` | ``fedbuff`` | ``fedasync`` (edge);
+                         one strategy: ``all`` is only for ``flower-edge simulate``
 ``num-server-rounds``    aggregations; 0 = the scenario's update budget (0)
 ``threshold``            K; 0 = the scenario's (0)
 ``decay``                staleness decay of the edge strategy (``polynomial``)
@@ -106,6 +107,14 @@ class SimOptions(TypedDict, total=False):
     server_lr: float | None
 
 
+def _one_strategy(field: str, value: str, selects: str) -> str:
+    """Return the message for a strategy name that selects several strategies (``"all"``)."""
+    return (
+        f"{field} must name one strategy ({', '.join(STRATEGIES)}), got {value!r}: {selects} "
+        "one strategy; 'all' is only for `flower-edge simulate --strategy all`"
+    )
+
+
 @dataclass(frozen=True)
 class SimSettings:
     """Everything one simulation run needs, validated.
@@ -195,8 +204,17 @@ class SimSettings:
         """Resolve a scenario by name with overrides and build validated settings.
 
         ``rounds=None`` takes the scenario's update budget for the strategy.
+
+        Raises
+        ------
+        InputError
+            A bad scenario, strategy (``"all"`` included: settings are one run of one
+            strategy) or override; the message names the field.
         """
-        (name,) = resolve_strategies(strategy)
+        names = resolve_strategies(strategy)
+        if len(names) != 1:
+            raise ConfigError(_one_strategy("strategy", strategy, "settings describe a run of"))
+        (name,) = names
         sc = resolve_scenario(
             scenario, clients=clients, heterogeneity=heterogeneity, threshold=threshold
         )
@@ -235,10 +253,15 @@ class SimSettings:
             integer(CLIENTS),
         )
         hetero, budget = real(HETEROGENEITY), real(SLICE_BUDGET)
+        strategy = text(STRATEGY)
+        if strategy == "all":
+            raise ConfigError(
+                _one_strategy(f"run config {STRATEGY!r}", strategy, "a run config selects")
+            )
         try:
             return cls.create(
                 text(SCENARIO),
-                text(STRATEGY),
+                strategy,
                 seed=integer(SEED),
                 rounds=rounds or None,
                 clients=clients or None,
