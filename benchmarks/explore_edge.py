@@ -26,6 +26,12 @@ strategy. A variant is ``label:JSON`` with any of these keys:
 ``nova``, ``wdata``
     Weights ``n_i g(dt_i)`` (``n_i`` the node's own data size from its profile), with
     (``nova``: FedNova's normalisation of each delta by its work) or without it.
+``ema``
+    A list of decays ``beta`` (issue 10, session 5): besides the global model, the run
+    evaluates after every aggregation the server-side exponential moving average
+    ``e_t = beta e_{t-1} + (1 - beta) x_t`` of the global models (Polyak averaging of the
+    iterates; the clients still train from ``x_t``). Each row gets ``ema``: one curve per
+    decay, on the aggregation times of ``curve``. Works for every strategy.
 ``strategy``, ``fedbuff_lr``
     Run another strategy of the scenario (e.g. ``"fedbuff"``) with these settings;
     ``threshold`` and ``k_schedule`` apply to FedBuff too (its rule: a buffer of K).
@@ -59,6 +65,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
+
 import strategies.edge as edge_module
 import strategies.loop as loop_module
 from flower_edge.server_opt import staleness_scale
@@ -71,12 +79,47 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import time_to_accuracy as tta  # noqa: E402
 
 _ORIGINAL_INIT = loop_module.EventLoop.__init__
+BUILT: list[Any] = []  # the strategies built, last one last (for ``ema``)
 
 
 def _remember_loop(self: Any, strategy: Any, *args: Any, **kwargs: Any) -> None:
     """EventLoop.__init__ that lets the strategy reach its loop (profiles, for ``wdata``)."""
     _ORIGINAL_INIT(self, strategy, *args, **kwargs)
     strategy.explore_loop = self
+    betas = getattr(strategy, "explore_ema", None)
+    if betas:
+        _track_ema(self.evaluation, strategy, [float(b) for b in betas])
+
+
+def _track_ema(evaluation: Any, strategy: Any, betas: list[float]) -> None:
+    """Make ``evaluation.evaluate`` also evaluate the moving averages of the global models.
+
+    Only the first evaluation of a version counts (leave-one-out evaluates more models under
+    the same version); the averages are scored with the same ``evaluate_fn`` under version -1.
+    """
+    raw = evaluation.evaluate
+    averages: dict[float, list[Any] | None] = dict.fromkeys(betas)
+    strategy.ema_curves = {b: [] for b in betas}
+    last: dict[str, int | None] = {"version": None}
+
+    def evaluate(rnd: int, arrays: Sequence[Any]) -> Any:
+        out = raw(rnd, arrays)
+        if rnd == last["version"]:
+            return out
+        last["version"] = rnd
+        for b in betas:
+            prev = averages[b]
+            now = [np.asarray(a, dtype=np.float64) for a in arrays]
+            if prev is not None:
+                now = [b * e + (1 - b) * x for e, x in zip(prev, now, strict=True)]
+            averages[b] = now
+            typed = [e.astype(np.asarray(a).dtype) for e, a in zip(now, arrays, strict=True)]
+            metrics = raw(-1, typed)
+            acc = None if metrics is None else float(metrics.get("accuracy", math.nan))
+            strategy.ema_curves[b].append(acc)
+        return out
+
+    evaluation.evaluate = evaluate
 
 
 loop_module.EventLoop.__init__ = _remember_loop  # type: ignore[method-assign]
@@ -234,6 +277,9 @@ def install(variant: dict[str, Any]) -> None:
 
     def build(settings: SimSettings, clock: Any) -> Any:
         s = original(settings, clock)
+        BUILT.append(s)
+        if "ema" in variant:
+            s.explore_ema = list(variant["ema"])
         if settings.strategy in ("edge", "edge-seed"):
             s.shares = _shares(s, settings, variant)
             _change(s, settings, variant)
@@ -271,7 +317,14 @@ def main(argv: list[str] | None = None) -> int:
                 s = dataclasses.replace(s, rounds=s.scenario.update_budget)
             r = run_experiment(s, engine="inprocess")
             updates = sum(h.participants for h in r.history)
-            extra = {"variant": variant, "updates_aggregated": updates}
+            extra: dict[str, Any] = {"variant": variant, "updates_aggregated": updates}
+            curves = getattr(BUILT[-1], "ema_curves", {})
+            if curves:  # one accuracy per evaluated version: the initial model, then each round
+                times = [h.virtual_time for h in r.history]
+                extra["ema"] = {
+                    str(b): [[t, a] for t, a in zip(times, c, strict=False)]
+                    for b, c in curves.items()
+                }
             tta._emit(args.jsonl, tta._row(label, r, extra))
     return 0
 

@@ -27,6 +27,13 @@ the global model its job started from), weighted by ``w_i`` (in the edge strateg
 * :func:`staleness_scale` -- a staleness-adaptive server learning rate: the mean over the
   buffer of FedBuff's ``1 / sqrt(1 + tau_i)`` (``tau_i`` the versions published since update
   i's base), which shrinks steps made of stale deltas.
+* :class:`ModelAverage` -- Polyak averaging of the iterates on the server: the model the
+  server *serves* (evaluates, returns, checkpoints) is the exponential moving average of the
+  global models, ``e_t = beta_t e_{t-1} + (1 - beta_t) x_t`` with ``beta_t = min(beta,
+  1 - 1/t)`` (the plain mean of the first models, then an EMA; ``e_1 = x_1``), while the
+  clients keep training from ``x_t``. On label-skewed data each aggregation holds a few
+  nodes' updates and the global model swings towards their labels; the average over about
+  one pass of the federation (:func:`average_decay`) holds every node's recent direction.
 * :class:`StepSum` -- a :class:`~flower_edge.aggregation.WeightedSum` of per-update terms whose
   ``mean`` (and leave-one-out ``mean_without``) are new global models ``x + lr * u(offset +
   scale * mean)``; with it every rule above keeps seed 001's leave-one-out values: the global
@@ -55,9 +62,11 @@ __all__ = [
     "OPTIMIZERS",
     "CacheDivisor",
     "OptimizerName",
+    "ModelAverage",
     "ServerOptimizer",
     "StepSum",
     "UpdateCache",
+    "average_decay",
     "staleness_scale",
     "work_normalised_step",
 ]
@@ -145,6 +154,86 @@ def staleness_scale(staleness: Sequence[int]) -> float:
     for i, tau in enumerate(staleness):
         validate.integer(f"staleness[{i}]", tau, low=0, error=InputError)
     return math.fsum(1.0 / math.sqrt(1.0 + t) for t in staleness) / len(staleness)
+
+
+def average_decay(passes: float, nodes: int, per_aggregation: int) -> float:
+    """Return ``beta = 1 - 1 / (passes * P)``, ``P = ceil(nodes / per_aggregation)``.
+
+    ``P`` is the number of aggregations in one pass over the federation (every node's
+    update once); the moving average then spans about ``passes`` passes.
+
+    Raises
+    ------
+    InputError
+        ``passes <= 0`` or counts below 1.
+    """
+    validate.number("average_passes", passes, low=0.0, low_inclusive=False, error=InputError)
+    validate.integer("nodes", nodes, low=1, error=InputError)
+    validate.integer("per_aggregation", per_aggregation, low=1, error=InputError)
+    span = passes * math.ceil(nodes / per_aggregation)
+    return max(0.0, 1.0 - 1.0 / span)
+
+
+class ModelAverage:
+    """The exponential moving average of the global models (see the module notes).
+
+    Parameters
+    ----------
+    beta : float
+        The decay in ``[0, 1)``; 0 serves the global model itself.
+
+    Attributes
+    ----------
+    count : int
+        Global models averaged so far (``t``).
+    arrays : list of float64 arrays or None
+        The average ``e_t`` (``None`` before the first model).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> avg = ModelAverage(0.5)
+    >>> [float(avg.update([np.array([x])])[0][0]) for x in (4.0, 0.0, 0.0, 8.0)]
+    [4.0, 2.0, 1.0, 4.5]
+    """
+
+    def __init__(self, beta: float) -> None:
+        self.beta = validate.number(
+            "average decay beta", beta, low=0.0, high=1.0, high_inclusive=False, error=InputError
+        )
+        self.count = 0
+        self.arrays: Float64s | None = None
+
+    def update(self, arrays: Sequence[Array]) -> list[Array]:
+        """Average in the new global model; return the served model in its dtypes.
+
+        Float arrays are averaged; other arrays (counters such as BatchNorm's
+        ``num_batches_tracked``) are served as the newest global model has them.
+        """
+        new = _f64(arrays)
+        self.count += 1
+        if self.arrays is None or len(self.arrays) != len(new):
+            self.arrays = new
+        else:
+            beta = min(self.beta, 1.0 - 1.0 / self.count)
+            self.arrays = [
+                beta * e + (1.0 - beta) * x for e, x in zip(self.arrays, new, strict=True)
+            ]
+        return self.served(arrays)
+
+    def served(self, like: Sequence[Array]) -> list[Array]:
+        """Return the average cast to the dtypes of ``like`` (its non-float arrays as they are)."""
+        if self.arrays is None:
+            return list(like)
+        return [
+            cast_like(e, a) if np.asarray(a).dtype.kind == "f" else np.asarray(a)
+            for e, a in zip(self.arrays, like, strict=True)
+        ]
+
+    def restore(self, arrays: Sequence[Array], count: int) -> None:
+        """Continue from a checkpointed average of ``count`` models."""
+        self.arrays = _f64(arrays)
+        self.count = validate.integer("averaged models", count, low=1, error=InputError)
 
 
 class UpdateCache:

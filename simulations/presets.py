@@ -44,6 +44,7 @@ SEED_OPTIONS: Final[dict[str, Any]] = {
     "aggregate": "models",
     "server_lr": 1.0,
     "staleness_lr": False,
+    "average_passes": None,
 }
 
 #: ``EdgeStrategy`` keywords that do not change the method (settings of the run)
@@ -103,7 +104,18 @@ def edge_options(settings: SimSettings) -> dict[str, Any]:
         "aggregate": sc.edge_aggregate if settings.aggregate is None else settings.aggregate,
         "server_lr": sc.edge_server_lr if settings.server_lr is None else settings.server_lr,
         "staleness_lr": sc.edge_staleness_lr,
+        "average_passes": sc.edge_average_passes,
     }
+
+
+def _departure(name: str, value: Any, seed: Any) -> str:
+    """Return how option ``name`` at ``value`` departs from the seed's ``seed``."""
+    if name == "average_passes":
+        return (
+            f"average_passes={value:g}: the served model is the moving average of the global "
+            f"models over {value:g} pass(es) of the federation (seed: the global model)"
+        )
+    return f"{name}={value} (seed: {seed})"
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -120,7 +132,7 @@ def departures(settings: SimSettings) -> list[str]:
         return []
     effective = {**strategy_defaults(), **edge_options(settings)}
     out = [
-        f"{name}={effective[name]} (seed: {seed})"
+        _departure(name, effective[name], seed)
         for name, seed in SEED_OPTIONS.items()
         if name in effective and not _same(effective[name], seed)
     ]

@@ -111,6 +111,9 @@ class Scenario:
     edge_max_epochs : float, optional
         The ``edge`` preset's per-node share cap in epochs of the node's own data
         (``ShareConfig.max_epochs``; 3.0).
+    edge_average_passes : float, optional
+        The ``edge`` preset's served model: the moving average of the global models over
+        this many passes of the federation (``EdgeStrategy(average_passes=...)``; 1.0).
     min_client_samples : int
         Fewest training samples a client may hold; more clients than the data allows is
         an input error.
@@ -140,6 +143,7 @@ class Scenario:
     edge_server_lr: float = 1.0
     edge_staleness_lr: bool = True
     edge_max_epochs: float | None = 3.0
+    edge_average_passes: float | None = 1.0
 
     def __post_init__(self) -> None:
         self.validate()
@@ -183,6 +187,14 @@ class Scenario:
             validate.number(name, value, low=0.0, low_inclusive=False, error=InputError)
         validate.choice("edge_aggregate", self.edge_aggregate, ("models", "deltas"))
         validate.boolean("edge_staleness_lr", self.edge_staleness_lr, error=InputError)
+        validate.number(
+            "edge_average_passes",
+            self.edge_average_passes,
+            low=0.0,
+            low_inclusive=False,
+            allow_none=True,
+            error=InputError,
+        )
         validate.number(
             "edge_max_epochs",
             self.edge_max_epochs,

@@ -172,6 +172,9 @@ class SemiAsyncStrategy(Strategy):
         self.events: list[JobEvent] = []
         self.evaluate_fn_given = False
 
+    #: serve the moving average of the global models over this many passes (EdgeStrategy)
+    average_passes: float | None = None
+
     # ------------------------------------------------------------------ hooks
     def aggregation_due(self, buffered: int) -> bool:
         """Return whether ``buffered`` updates trigger an aggregation (seed: more than K)."""

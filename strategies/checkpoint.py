@@ -94,12 +94,15 @@ class Checkpoint:
         The global model.
     state : dict
         The JSON state.
+    average : tuple of numpy arrays, optional
+        The served moving average of the global models, when the run keeps one.
     """
 
     round: int
     keys: tuple[str, ...]
     arrays: tuple[npt.NDArray[Any], ...]
     state: dict[str, Any]
+    average: tuple[npt.NDArray[Any], ...] | None = None
 
 
 def _atomic_write(path: Path, write: Any) -> None:
@@ -132,10 +135,13 @@ class CheckpointStore:
         keys: Sequence[str],
         arrays: Sequence[npt.NDArray[Any]],
         state: dict[str, Any],
+        average: Sequence[npt.NDArray[Any]] | None = None,
     ) -> None:
         """Write the checkpoint of aggregation ``round_`` atomically; drop older array files."""
         name = f"global-{round_:06d}.npz"
         payload = {f"a{i}": np.ascontiguousarray(a) for i, a in enumerate(arrays)}
+        for i, a in enumerate(average or ()):
+            payload[f"m{i}"] = np.ascontiguousarray(a)
         _atomic_write(self.directory / name, lambda h: np.savez(h, **payload))  # type: ignore[arg-type]
         full = dict(state, round=round_, arrays_file=name, keys=list(keys))
         text = json.dumps(full, sort_keys=True).encode()
@@ -152,10 +158,13 @@ class CheckpointStore:
             keys = tuple(str(k) for k in state["keys"])
             with np.load(self.directory / state["arrays_file"], allow_pickle=False) as data:
                 arrays = tuple(np.array(data[f"a{i}"]) for i in range(len(keys)))
+                average = None
+                if "m0" in data.files:
+                    average = tuple(np.array(data[f"m{i}"]) for i in range(len(keys)))
             round_ = int(state["round"])
         except (OSError, ValueError, KeyError) as exc:
             raise InputError(f"checkpoint in {self.directory} cannot be read: {exc}") from None
-        return Checkpoint(round_, keys, arrays, state)
+        return Checkpoint(round_, keys, arrays, state, average)
 
     def save_buffered(
         self,
@@ -215,14 +224,15 @@ class CheckpointStore:
         arrays: Sequence[npt.NDArray[Any]],
         state: RunState,
         buffered: Sequence[dict[str, Any]],
+        average: Sequence[npt.NDArray[Any]] | None = None,
     ) -> None:
         """Checkpoint aggregation ``record``: audit lines, then arrays and state, then buffer."""
         self.append_audit(audit_entries(record))
-        self.save(record.round, keys, arrays, state.to_json())
+        self.save(record.round, keys, arrays, state.to_json(), average)
         self.save_buffered(buffered)
 
-    def load_run(self, keys: Sequence[str]) -> tuple[RunState, tuple[npt.NDArray[Any], ...]]:
-        """Load the run state and global arrays; drop audit lines after the checkpoint.
+    def load_run(self, keys: Sequence[str]) -> tuple[RunState, Checkpoint]:
+        """Load the run state and the checkpoint's arrays; drop audit lines after it.
 
         Raises
         ------
@@ -237,7 +247,7 @@ class CheckpointStore:
             )
         state = RunState.from_json(ckpt.state)
         self.truncate_audit(ckpt.round)
-        return state, ckpt.arrays
+        return state, ckpt
 
     def mark_finished(self, version: int, reason: str, num_rounds: int) -> None:
         """Record that the run ended at ``version`` (``reason``, under ``num_rounds``)."""
@@ -340,6 +350,9 @@ class RunState:
         Aggregations since it improved.
     recent : tuple[float, ...]
         The test metrics of the plateau window (``StopConfig.window_passes``), oldest first.
+    averaged : int
+        Global models in the served moving average (0: none; its arrays are saved beside
+        the global model's, as ``m0``, ``m1``, ...).
     abandoned_total : int
         Abandoned jobs so far.
     values : Mapping[int, float]
@@ -369,6 +382,7 @@ class RunState:
     train_metrics: Metrics
     evaluate_metrics: Metrics
     recent: tuple[float, ...] = ()
+    averaged: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """Return the JSON-ready dict written to ``state.json``."""
@@ -382,6 +396,7 @@ class RunState:
             "best": self.best,
             "since_best": self.since_best,
             "recent": list(self.recent),
+            "averaged": self.averaged,
             "abandoned_total": self.abandoned_total,
             "values": {str(k): v for k, v in self.values.items()},
             "last_values": [rnd, list(ids), list(vals)],
@@ -414,6 +429,7 @@ class RunState:
                 best=None if best is None else float(best),
                 since_best=int(data["since_best"]),
                 recent=tuple(float(m) for m in data.get("recent", ())),  # absent before 12-01
+                averaged=int(data.get("averaged", 0)),
                 abandoned_total=int(data["abandoned_total"]),
                 values={int(k): float(v) for k, v in data["values"].items()},
                 last_values=(int(rnd), tuple(int(i) for i in ids), tuple(float(v) for v in vals)),

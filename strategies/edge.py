@@ -41,8 +41,13 @@ PresetName = Literal["edge", "edge-seed"]
 #: EdgeStrategy's method options in each preset (measured in docs/benchmarks/simulations.md):
 #: ``edge`` is the project's best configuration, ``edge-seed`` the seeds' rule exactly
 PRESETS: Final[Mapping[str, Mapping[str, Any]]] = {
-    "edge": {"aggregate": "deltas", "server_lr": 1.0, "staleness_lr": True},
-    "edge-seed": {"aggregate": "models", "server_lr": 1.0, "staleness_lr": False},
+    "edge": {"aggregate": "deltas", "server_lr": 1.0, "staleness_lr": True, "average_passes": 1.0},
+    "edge-seed": {
+        "aggregate": "models",
+        "server_lr": 1.0,
+        "staleness_lr": False,
+        "average_passes": None,
+    },
 }
 #: the ShareConfig fields each preset sets (where the user's ShareConfig keeps the default):
 #: ``edge`` caps a node's share at 3 epochs of its own data; the seed's shares are uncapped
@@ -135,6 +140,14 @@ class EdgeStrategy(SemiAsyncStrategy):
         (``tau_i`` the versions published since update i's base; FedBuff's staleness weight,
         Nguyen et al., AISTATS 2022): steps made of stale updates are shorter, which lets a
         larger ``eta`` stay stable (:func:`flower_edge.server_opt.staleness_scale`).
+    average_passes : float, optional
+        Serve the moving average of the global models over about this many passes of the
+        federation (:class:`flower_edge.server_opt.ModelAverage`, decay
+        :func:`~flower_edge.server_opt.average_decay` with ``P = ceil(nodes / (K + 1))``
+        aggregations per pass): it is what ``evaluate_fn`` scores for the Result and the
+        convergence stop, and what ``Result.arrays`` holds; the clients keep training from
+        the global model itself, and leave-one-out values are computed on it. ``None`` (the
+        seed): the global model is served.
     **options : StrategyOptions
         See :class:`~strategies.base.SemiAsyncStrategy` (typed; an unknown keyword raises
         ``TypeError``).
@@ -162,11 +175,15 @@ class EdgeStrategy(SemiAsyncStrategy):
         aggregate: Aggregate = "models",
         server_lr: float = 1.0,
         staleness_lr: bool = False,
+        average_passes: float | None = None,
         **options: Unpack[StrategyOptions],
     ) -> None:
         super().__init__(threshold, **options)
         self.aggregate, self.server_lr = self.validate_options(aggregate, server_lr)
         self.staleness_lr = validate.boolean("staleness_lr", staleness_lr)
+        self.average_passes = validate.number(
+            "average_passes", average_passes, low=0.0, low_inclusive=False, allow_none=True
+        )
         self.needs_bases = self.aggregate == "deltas"
 
     @classmethod
@@ -177,9 +194,10 @@ class EdgeStrategy(SemiAsyncStrategy):
 
         ``"edge"``: deltas from each update's base model with server lr 1.0 scaled by the
         buffer's mean ``1/sqrt(1 + tau)`` (``staleness_lr``), shares capped at 3 epochs of
-        each node's own data; every seed mechanism stays on (match-ratio shares and
-        rebalancing, threshold K, decayed weights, leave-one-out values sent back, the
-        abandon rule, the convergence stop). ``"edge-seed"``: the seeds' rule exactly, model
+        each node's own data, the served model averaged over one pass (``average_passes``);
+        every seed mechanism stays on (match-ratio shares and rebalancing, threshold K,
+        decayed weights, leave-one-out values sent back, the abandon rule, the convergence
+        stop). ``"edge-seed"``: the seeds' rule exactly, model
         averaging ``sum w_i x_i / sum w_i`` and uncapped shares ``F m_d / sum m``.
 
         Parameters
@@ -259,7 +277,13 @@ class EdgeStrategy(SemiAsyncStrategy):
 
     def summary_lines(self) -> list[str]:
         """Return the aggregation rule's settings for ``summary()``."""
+        served = (
+            "the global model"
+            if self.average_passes is None
+            else f"its moving average over {self.average_passes:g} pass(es) of the federation"
+        )
         return [
             f"aggregate: {self.aggregate}, server_lr {self.server_lr}, "
-            f"staleness_lr {self.staleness_lr}"
+            f"staleness_lr {self.staleness_lr}",
+            f"served model: {served}",
         ]

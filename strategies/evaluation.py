@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from logging import WARNING
+from typing import TYPE_CHECKING
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, MetricRecord
@@ -27,7 +28,10 @@ from flower_edge.valuation import (
 from strategies.config import ValuationConfig
 from strategies.records import AggregationRecord
 
-__all__ = ["EvaluateFn", "ServerEvaluation", "to_record"]
+if TYPE_CHECKING:
+    from strategies.loop import EventLoop
+
+__all__ = ["EvaluateFn", "ServerEvaluation", "evaluate_served", "to_record"]
 
 EvaluateFn = Callable[[int, ArrayRecord], MetricRecord | None]
 
@@ -150,3 +154,19 @@ class ServerEvaluation:
                 raise InputError(f"no {self.config.metric_key!r} for the model without {key}")
             without.append(metric)
         return without
+
+
+def evaluate_served(loop: EventLoop, rnd: int) -> tuple[MetricRecord | None, MetricRecord | None]:
+    """Return the metrics of the loop's served model and of its global model itself.
+
+    Without a moving average (``average_passes``) they are one model, evaluated once; with
+    one, the average is updated with the new global model and becomes the served model, and
+    the global model is evaluated only when leave-one-out needs its metric.
+    """
+    evaluation = loop.evaluation
+    if loop.average is None:
+        metrics = evaluation.evaluate(rnd, loop.global_arrays)
+        return metrics, metrics
+    own = evaluation.evaluate(rnd, loop.global_arrays) if evaluation.enabled else None
+    loop.served = loop.average.update(loop.global_arrays)
+    return evaluation.evaluate(rnd, loop.served), own

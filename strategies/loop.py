@@ -48,12 +48,13 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
 
 from flower_edge.arrays import NDArray
+from flower_edge.server_opt import ModelAverage, average_decay
 from strategies.abandon import AbandonPolicy
 from strategies.checkpoint import open_store
 from strategies.client_eval import ClientEvaluation
 from strategies.convergence import ConvergenceStop
 from strategies.dispatch import Dispatcher
-from strategies.evaluation import EvaluateFn, ServerEvaluation, to_record
+from strategies.evaluation import EvaluateFn, ServerEvaluation, evaluate_served, to_record
 from strategies.events import REPLY, DeadlineEvent, EventQueue, ReplyEvent, Sent
 from strategies.intake import accept_finished, screen_buffer, train_metrics
 from strategies.liveness import expire, on_deadline, stalled, wait
@@ -149,6 +150,8 @@ class EventLoop:
         self.inflight: dict[str, Sent] = self.dispatcher.inflight  # reply not yet pulled
         self.buffer: list[Update] = []
         self.reported: dict[int, int] = {}  # latest accepted num-examples per node
+        self.average: ModelAverage | None = None  # set once the federation's size is known
+        self.served: list[NDArray] | None = None  # the average, when there is one
         self.result = Result(arrays=initial)
         self.start_time = 0.0
         self.abandoned_total = 0
@@ -202,7 +205,7 @@ class EventLoop:
                 self.client_eval.replies_in[msg.metadata.reply_to_message_id] = msg
         for message_id in list(self.client_eval.rounds):  # lost ones count as no reply
             self.on_evaluated(message_id)
-        self.result.arrays = to_record(self.keys, self.global_arrays)
+        self.result.arrays = to_record(self.keys, self.served or self.global_arrays)
         return self.result
 
     def _finished(self) -> bool:
@@ -215,7 +218,11 @@ class EventLoop:
         self.strategy.check_node_count(len(ids))
         self.planner.check_node_count(len(ids))
         self.membership.admit(ids)
-        self.stopper.size_for(len(ids), self.strategy.updates_per_aggregation())
+        per_aggregation = self.strategy.updates_per_aggregation()
+        self.stopper.size_for(len(ids), per_aggregation)
+        passes = self.strategy.average_passes
+        if passes is not None:  # the served model: the global models' moving average
+            self.average = ModelAverage(average_decay(passes, len(ids), per_aggregation))
         return ids
 
     # ================================================================== sending
@@ -398,8 +405,8 @@ class EventLoop:
         self.global_record = to_record(self.keys, self.global_arrays)
         self.versions[rnd] = self.global_arrays
         self._prune_versions()
-        metrics = self.evaluation.evaluate(rnd, self.global_arrays)
-        contributions, values = self.evaluation.valuate(rnd, combined.total, len(updates), metrics)
+        metrics, own = evaluate_served(self, rnd)
+        contributions, values = self.evaluation.valuate(rnd, combined.total, len(updates), own)
         record = AggregationRecord.build(
             rnd, when - self.start_time, updates, combined.weights, (contributions, values), metrics
         )

@@ -67,9 +67,11 @@ def save_checkpoint(loop: EventLoop, record: AggregationRecord) -> None:
         history=tuple(loop.strategy.history),
         train_metrics={r: dict(m) for r, m in loop.result.train_metrics_clientapp.items()},
         evaluate_metrics={r: dict(m) for r, m in loop.result.evaluate_metrics_serverapp.items()},
+        averaged=0 if loop.average is None else loop.average.count,
     )
     entries = [buffer_entry(u, loop.start_time) for u in loop.buffer]
-    loop.store.save_run(record, loop.keys, loop.global_arrays, state, entries)
+    average = None if loop.average is None else loop.average.arrays
+    loop.store.save_run(record, loop.keys, loop.global_arrays, state, entries, average)
 
 
 def _restore_buffer(loop: EventLoop, store: CheckpointStore) -> None:
@@ -93,7 +95,8 @@ def resume_from_checkpoint(loop: EventLoop, ids: list[int]) -> bool:
         kept = store.archive()
         log(INFO, "%s: a new run (resume is off): the old checkpoint moved to %s", loop.name, kept)
         return False
-    state, arrays = store.load_run(loop.keys)
+    state, ckpt = store.load_run(loop.keys)
+    arrays = ckpt.arrays
     budget = loop.stopper.num_rounds
     finished = store.finished()
     stopped_early = finished is not None and finished.get("num_rounds", 0) >= budget
@@ -116,6 +119,9 @@ def resume_from_checkpoint(loop: EventLoop, ids: list[int]) -> bool:
     loop.global_arrays = list(arrays)
     loop.global_record = to_record(loop.keys, loop.global_arrays)
     loop.versions = {loop.version: loop.global_arrays}
+    if loop.average is not None and ckpt.average is not None and state.averaged > 0:
+        loop.average.restore(ckpt.average, state.averaged)
+        loop.served = loop.average.served(loop.global_arrays)
     loop.clock.advance_to(state.clock)
     loop.start_time = loop.clock.now() - state.elapsed  # wall clocks restart
     loop.dispatcher.resume_after(state.jobs)

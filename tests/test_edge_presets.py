@@ -53,6 +53,7 @@ def test_the_simulations_use_the_same_presets() -> None:
         "aggregate": sc.edge_aggregate,
         "server_lr": sc.edge_server_lr,
         "staleness_lr": sc.edge_staleness_lr,
+        "average_passes": sc.edge_average_passes,
     }
     assert scenario_edge == dict(PRESETS["edge"])
     assert sc.edge_max_epochs == 3.0

@@ -68,6 +68,8 @@ def test_a_run_with_the_seed_aggregation_on_edge_names_the_other_departures() ->
     s = SimSettings.create("digits-20", "edge", aggregate="models", server_lr=1.0)
     assert departures(s) == [
         "staleness_lr=True (seed: False)",  # the scenario's edge rule, not a SimSettings key
+        "average_passes=1: the served model is the moving average of the global models over 1 "
+        "pass(es) of the federation (seed: the global model)",
         f"shares capped at {MAX_SHARE_OVER_MEAN:g}x the mean (seed: uncapped)",
         f"shares capped at {s.scenario.edge_max_epochs:g} epochs of each node's own data "
         "(seed: uncapped)",
