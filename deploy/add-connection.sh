@@ -15,13 +15,27 @@ root="$(cd "$here/.." && pwd)"
 venv="${FLOWER_EDGE_VENV:-$root/.venv}"
 py="python3"; [ -x "$venv/bin/python" ] && py="$venv/bin/python"
 usage() { sed -n '6,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+hostport_ok() {  # HOST:PORT with a non-empty host and a port in 1-65535
+  case "$1" in *:*) ;; *) return 1 ;; esac
+  local host="${1%:*}" port="${1##*:}"
+  [ -n "$host" ] || return 1
+  case "$port" in ''|*[!0-9]*) return 1 ;; esac
+  [ $((10#$port)) -ge 1 ] && [ $((10#$port)) -le 65535 ]
+}
+case "${1:-}" in -h|--help) sed -n '6,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 [ "$#" -ge 3 ] || usage
 name="$1"; address="$2"; shift 2
+case "$name" in
+  ''|*[!A-Za-z0-9_.-]*) echo "add-connection: NAME must be letters, digits, '.', '_' or '-', got '$name'" >&2; exit 2 ;;
+esac
+hostport_ok "$address" || { echo "add-connection: ADDRESS must be HOST:PORT (port 1-65535), got '$address'" >&2; exit 2; }
 ca=""; insecure=0; default=0
 while [ "$#" -gt 0 ]; do
   case "$1" in
     --insecure) insecure=1 ;;
-    --ca) [ "$#" -ge 2 ] || usage; ca="$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"; shift ;;
+    --ca) [ "$#" -ge 2 ] || usage
+      [ -r "$2" ] || { echo "add-connection: cannot read --ca '$2'" >&2; exit 2; }
+      ca="$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"; shift ;;
     --default) default=1 ;;
     *) echo "add-connection: unknown option '$1'" >&2; usage ;;
   esac

@@ -10,7 +10,7 @@ Functions over a :class:`~strategies.loop.EventLoop`:
 - :func:`screen_buffer`: before an aggregation, reject every buffered update without a known
   share (an unmodified ClientApp, whose ``num-examples`` is its weight basis) that claims more
   than ``ShareConfig.absurd_factor`` times the median of the other nodes' reports
-  (:func:`~strategies.records.absurd_examples`). It runs at the trigger rather than at
+  (:func:`absurd_examples`). It runs at the trigger rather than at
   arrival so that the first updates of a run, which have no reference yet, are screened too.
 """
 
