@@ -194,8 +194,10 @@ class EventLoop:
             self.stopper.reason or "round budget",
             self.clock.now() - self.start_time,
         )
-        if self.store is not None:  # a later start with the same folder starts a new run
-            reason = self.stopper.reason or "round budget"
+        reason = self.stopper.reason or "round budget"
+        if self.store is not None and not reason.startswith("stalled"):
+            # finished: a later start in the same folder is a new run (a stalled run, whose
+            # nodes were all gone, is resumed instead once they are back)
             self.store.mark_finished(self.version, reason, self.stopper.num_rounds)
         pulled = self.dispatcher.finish(self.strategy.loop.poll_interval)
         wanted = set(self.client_eval.rounds)  # the last evaluations: worth a short wait

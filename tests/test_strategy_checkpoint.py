@@ -348,3 +348,32 @@ def test_resume_off_keeps_the_old_checkpoint_aside(tmp_path: Path) -> None:
     (previous,) = tmp_path.glob("previous-*")
     assert [e["round"] for e in CheckpointStore(previous).audit()][-1] == 3
     assert [e["round"] for e in CheckpointStore(tmp_path).audit()] == [1] * 4
+
+
+def test_a_stalled_run_is_not_marked_finished_and_resumes(tmp_path: Path) -> None:
+    calls: dict[int, int] = {}
+    toy = ToyEdge()
+
+    def first_job_only(msg, ctx):  # type: ignore[no-untyped-def]
+        calls[ctx.node_id] = calls.get(ctx.node_id, 0) + 1
+        if calls[ctx.node_id] > 1:
+            raise RuntimeError("device lost")
+        return toy(msg, ctx)
+
+    grid = InProcessGrid(first_job_only, 4)
+    strategy = EdgeStrategy(
+        threshold=1,
+        clock=VirtualClock(wall=ManualClock()),
+        shares=SHARES,
+        checkpoint_dir=tmp_path,
+        resume=True,
+    )
+    strategy.start(grid, model(0.0), num_rounds=10, evaluate_fn=accuracy_fn())
+    assert 1 <= len(strategy.history) < 10  # stalled: every node fails after its first job
+    assert not (tmp_path / "finished.json").exists()
+    again, _ = _run(10, tmp_path, resume=True)
+    assert again.history[0].round == 1
+    assert len(again.history) == 10
+    assert not list(tmp_path.glob("previous-*"))  # resumed, not a new run
+    resumed_from = CheckpointStore(tmp_path).audit()
+    assert resumed_from[0]["round"] == 1
