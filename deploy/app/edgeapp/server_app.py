@@ -10,7 +10,9 @@ by default; ``"edge-seed"``, the seeds exactly: :meth:`strategies.EdgeStrategy.p
 Every seed mechanism is on: ``p_c`` of the radar chart comes from the operator analysis of the
 served MLP (0.40), slices give busy nodes preemption points, the abandon rule's theta is
 derived from the live scores unless ``theta`` >= 0 is in the run config, and the run stops on a
-plateau (``patience``) or at ``target-accuracy``.
+plateau (``patience``) or at ``target-accuracy``. With ``"edge"`` the reported accuracy and the
+final model are those of the served model, the moving average of the global models over one
+pass of the federation (``average_passes``); the nodes train from the global model itself.
 """
 
 from __future__ import annotations
