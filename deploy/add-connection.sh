@@ -15,13 +15,8 @@ root="$(cd "$here/.." && pwd)"
 venv="${FLOWER_EDGE_VENV:-$root/.venv}"
 py="python3"; [ -x "$venv/bin/python" ] && py="$venv/bin/python"
 usage() { sed -n '6,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
-hostport_ok() {  # HOST:PORT with a non-empty host and a port in 1-65535
-  case "$1" in *:*) ;; *) return 1 ;; esac
-  local host="${1%:*}" port="${1##*:}"
-  [ -n "$host" ] || return 1
-  case "$port" in ''|*[!0-9]*) return 1 ;; esac
-  [ $((10#$port)) -ge 1 ] && [ $((10#$port)) -le 65535 ]
-}
+# shellcheck source=deploy/checks.sh
+source "$here/checks.sh"
 case "${1:-}" in -h|--help) sed -n '6,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 [ "$#" -ge 3 ] || usage
 name="$1"; address="$2"; shift 2

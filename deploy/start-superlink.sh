@@ -27,6 +27,8 @@ export FLWR_DISABLE_UPDATE_CHECK="${FLWR_DISABLE_UPDATE_CHECK:-1}"
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="${FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION:-1}"
 
 usage() { sed -n '5,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+# shellcheck source=deploy/checks.sh
+source "$here/checks.sh"
 help() { sed -n '5,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 need() { [ "$#" -ge 2 ] && [ -n "$2" ] || { echo "start-superlink: $1 needs a value" >&2; usage; }; }
 host="127.0.0.1"; port="9092"; certs=""; insecure=0; auth=0; database=""; in_memory=0
@@ -45,8 +47,7 @@ while [ "$#" -gt 0 ]; do
   esac
   shift
 done
-case "$port" in ''|*[!0-9]*) port_ok=0 ;; *) port_ok=$(( 10#$port >= 1 && 10#$port <= 65535 )) ;; esac
-[ "$port_ok" = 1 ] || { echo "start-superlink: --port must be 1-65535, got '$port'" >&2; exit 2; }
+port_ok "$port" || { echo "start-superlink: --port must be 1-65535, got '$port'" >&2; exit 2; }
 if [ "$insecure" = 1 ] && [ -n "$certs" ]; then
   echo "start-superlink: give either --insecure or --certs DIR, not both" >&2; exit 2
 fi

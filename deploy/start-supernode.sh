@@ -29,13 +29,8 @@ export FLWR_DISABLE_UPDATE_CHECK="${FLWR_DISABLE_UPDATE_CHECK:-1}"
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="${FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION:-1}"
 
 usage() { sed -n '5,21p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
-hostport_ok() {  # HOST:PORT with a non-empty host and a port in 1-65535
-  case "$1" in *:*) ;; *) return 1 ;; esac
-  local host="${1%:*}" port="${1##*:}"
-  [ -n "$host" ] || return 1
-  case "$port" in ''|*[!0-9]*) return 1 ;; esac
-  [ $((10#$port)) -ge 1 ] && [ $((10#$port)) -le 65535 ]
-}
+# shellcheck source=deploy/checks.sh
+source "$here/checks.sh"
 help() { sed -n '5,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 need() { [ "$#" -ge 2 ] && [ -n "$2" ] || { echo "start-supernode: $1 needs a value" >&2; usage; }; }
 superlink=""; port="9094"; ca=""; insecure=0; node_config=""; key=""; retry=75
@@ -55,8 +50,7 @@ while [ "$#" -gt 0 ]; do
   shift
 done
 [ -n "$superlink" ] || { echo "start-supernode: --superlink HOST:PORT is required" >&2; exit 2; }
-case "$port" in ''|*[!0-9]*) port_ok=0 ;; *) port_ok=$(( 10#$port >= 1 && 10#$port <= 65535 )) ;; esac
-[ "$port_ok" = 1 ] || { echo "start-supernode: --port must be 1-65535, got '$port'" >&2; exit 2; }
+port_ok "$port" || { echo "start-supernode: --port must be 1-65535, got '$port'" >&2; exit 2; }
 hostport_ok "$superlink" || { echo "start-supernode: --superlink must be HOST:PORT (port 1-65535), got '$superlink'" >&2; exit 2; }
 case "$retry" in ''|*[!0-9]*) echo "start-supernode: --retry-305 must be whole seconds >= 0, got '$retry'" >&2; exit 2 ;; esac
 if [ "$insecure" = 1 ] && [ -n "$ca" ]; then
