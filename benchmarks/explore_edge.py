@@ -26,6 +26,11 @@ strategy. A variant is ``label:JSON`` with any of these keys:
 ``nova``, ``wdata``
     Weights ``n_i g(dt_i)`` (``n_i`` the node's own data size from its profile), with
     (``nova``: FedNova's normalisation of each delta by its work) or without it.
+``fedbuff_combine``
+    The edge strategy combines its buffer with FedBuff's rule (``strategies.baselines.FedBuff``:
+    ``x + server_lr * sum_i s(tau_i) delta_i / n``, ``server_lr`` from ``server_lr``, 1.0 by
+    default) instead of its own; its dispatch, shares, slices and abandon rule stay (issue 10,
+    session 6: which part of the method makes the difference from FedBuff).
 ``ema``
     A list of decays ``beta`` (issue 10, session 5): besides the global model, the run
     evaluates after every aggregation the server-side exponential moving average
@@ -72,6 +77,7 @@ import strategies.loop as loop_module
 from flower_edge.server_opt import staleness_scale
 from simulations.app import SimSettings
 from simulations.runner import run_experiment
+from strategies.baselines import FedBuff
 from strategies.config import StopConfig
 from strategies.records import Combined, Update
 
@@ -235,6 +241,16 @@ def _adaptive_k(s: Any, settings: SimSettings, schedule: dict[str, Any]) -> None
     s.updates_per_aggregation = lambda: per_aggregation
 
 
+def _fedbuff_rule(server_lr: float) -> Callable[..., Combined]:
+    """FedBuff's combine (staleness-weighted deltas over the buffer size) at ``server_lr``."""
+    fedbuff = SimpleNamespace(server_lr=server_lr)
+
+    def combine(global_arrays: Any, updates: Any, version: int, bases: Any) -> Combined:
+        return FedBuff.combine(fedbuff, global_arrays, updates, version, bases)  # type: ignore[arg-type]
+
+    return combine
+
+
 def _shares(s: Any, settings: SimSettings, variant: dict[str, Any]) -> Any:
     """The built strategy's ShareConfig with the variant's share settings."""
     shares = s.shares
@@ -264,6 +280,8 @@ def _change(s: Any, settings: SimSettings, variant: dict[str, Any]) -> None:
         s.combine = _data_weighted(s, normalise=bool(variant.get("nova")))
     if variant.get("tau_decay"):
         s.combine = _by_versions(s, float(variant.get("tau_scale", 1.0)))
+    if variant.get("fedbuff_combine"):
+        s.combine = _fedbuff_rule(float(variant.get("server_lr", 1.0)))
     if "anneal" in variant:
         start, floor = variant["anneal"]
         s.combine = _annealed(s, settings.rounds, float(start), float(floor))
