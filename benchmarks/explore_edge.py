@@ -7,7 +7,7 @@ strategy. A variant is ``label:JSON`` with any of these keys:
 ``threshold``
     K of the edge strategy (the round budget is recomputed so that the update budget stays
     the scenario's).
-``server_lr``, ``staleness_lr``
+``server_lr``, ``staleness_lr``, ``average_passes``
     The edge strategy's server step.
 ``max_epochs``, ``max_share_over_mean``, ``total_fraction``, ``shares``
     Share caps in epochs of a node's own data, in multiples of the mean share, the total
@@ -271,7 +271,7 @@ def _change(s: Any, settings: SimSettings, variant: dict[str, Any]) -> None:
     """Apply the variant's loop, stop and aggregation settings to the built edge strategy."""
     if variant.get("nostop"):
         s.stop = StopConfig()
-    for key in ("server_lr", "threshold", "staleness_lr"):
+    for key in ("server_lr", "threshold", "staleness_lr", "average_passes"):
         if key in variant:
             setattr(s, key, variant[key])
     if "slice_budget" in variant:

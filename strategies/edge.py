@@ -50,9 +50,11 @@ PRESETS: Final[Mapping[str, Mapping[str, Any]]] = {
     },
 }
 #: the ShareConfig fields each preset sets (where the user's ShareConfig keeps the default):
-#: ``edge`` caps a node's share at 3 epochs of its own data; the seed's shares are uncapped
+#: ``edge`` caps a node's share at 2.5 epochs of its own data (1.25x the bundled scenarios' 2
+#: local epochs, so match-ratio shares stay live; docs/benchmarks/simulations.md, issue 10
+#: session 6); the seed's shares are uncapped
 PRESET_SHARES: Final[Mapping[str, Mapping[str, Any]]] = {
-    "edge": {"max_epochs": 3.0},
+    "edge": {"max_epochs": 2.5},
     "edge-seed": {"max_share_fraction": 1.0, "max_epochs": None},
 }
 
@@ -193,7 +195,7 @@ class EdgeStrategy(SemiAsyncStrategy):
         """Return the ``"edge"`` (the project's best) or ``"edge-seed"`` (the seeds) strategy.
 
         ``"edge"``: deltas from each update's base model with server lr 1.0 scaled by the
-        buffer's mean ``1/sqrt(1 + tau)`` (``staleness_lr``), shares capped at 3 epochs of
+        buffer's mean ``1/sqrt(1 + tau)`` (``staleness_lr``), shares capped at 2.5 epochs of
         each node's own data, the served model averaged over one pass (``average_passes``);
         every seed mechanism stays on (match-ratio shares and rebalancing, threshold K,
         decayed weights, leave-one-out values sent back, the abandon rule, the convergence

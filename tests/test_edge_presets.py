@@ -15,7 +15,7 @@ from strategies.edge import PRESETS
 def test_edge_preset_is_the_projects_best_rule() -> None:
     s = EdgeStrategy.preset("edge", threshold=3)
     assert (s.aggregate, s.server_lr, s.staleness_lr) == ("deltas", 1.0, True)
-    assert s.shares.max_epochs == 3.0
+    assert s.shares.max_epochs == 2.5
     assert s.shares.max_share_fraction == ShareConfig().max_share_fraction
     assert s.stop.patience is not None  # the convergence stop stays on
 
@@ -56,4 +56,4 @@ def test_the_simulations_use_the_same_presets() -> None:
         "average_passes": sc.edge_average_passes,
     }
     assert scenario_edge == dict(PRESETS["edge"])
-    assert sc.edge_max_epochs == 3.0
+    assert sc.edge_max_epochs == 2.5

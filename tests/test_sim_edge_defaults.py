@@ -16,7 +16,7 @@ def test_scenarios_default_to_deltas_with_a_server_lr() -> None:
     sc = s.scenario
     assert (strategy.aggregate, strategy.server_lr) == ("deltas", sc.edge_server_lr)  # type: ignore[attr-defined]
     assert strategy.staleness_lr is sc.edge_staleness_lr is True  # type: ignore[attr-defined]
-    assert strategy.shares.max_epochs == sc.edge_max_epochs == 3.0  # type: ignore[attr-defined]
+    assert strategy.shares.max_epochs == sc.edge_max_epochs == 2.5  # type: ignore[attr-defined]
     assert strategy.needs_bases
     seed_rule = replace(s, aggregate="models", server_lr=1.0)
     strategy = build_strategy(seed_rule, VirtualClock())

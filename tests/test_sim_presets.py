@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from dataclasses import replace
 
 import pytest
 
@@ -14,7 +15,7 @@ from simulations.presets import (
     edge_options,
     strategy_defaults,
 )
-from simulations.scenarios import resolve_strategies
+from simulations.scenarios import SCENARIOS, resolve_strategies
 from simulations.settings import MAX_SHARE_OVER_MEAN, SimSettings
 
 
@@ -68,6 +69,8 @@ def test_a_run_with_the_seed_aggregation_on_edge_names_the_other_departures() ->
     s = SimSettings.create("digits-20", "edge", aggregate="models", server_lr=1.0)
     assert departures(s) == [
         "staleness_lr=True (seed: False)",  # the scenario's edge rule, not a SimSettings key
+        "average_passes=1: the served model is the moving average of the global models over 1 "
+        "pass(es) of the federation (seed: the global model)",
         f"shares capped at {MAX_SHARE_OVER_MEAN:g}x the mean (seed: uncapped)",
         f"shares capped at {s.scenario.edge_max_epochs:g} epochs of each node's own data "
         "(seed: uncapped)",
@@ -75,13 +78,15 @@ def test_a_run_with_the_seed_aggregation_on_edge_names_the_other_departures() ->
 
 
 def test_the_served_average_is_named_where_the_scenario_uses_it() -> None:
-    skewed = departures(SimSettings.create("mnist1d-100", "edge"))
-    assert (
+    named = (
         "average_passes=1: the served model is the moving average of the global models over 1 "
         "pass(es) of the federation (seed: the global model)"
-    ) in skewed
-    iid = departures(SimSettings.create("digits-20", "edge"))  # IID: the global model
-    assert not any(c.startswith("average_passes=") for c in iid)
+    )
+    for scenario in ("digits-20", "mnist1d-100", "mnist1d-200-skew"):  # one preset everywhere
+        assert named in departures(SimSettings.create(scenario, "edge"))
+    plain = replace(SCENARIOS["digits-20"], edge_average_passes=None)
+    off = departures(replace(SimSettings.create("digits-20", "edge"), scenario=plain))
+    assert not any(c.startswith("average_passes=") for c in off)  # the global model
 
 
 def test_built_strategies_follow_their_presets() -> None:

@@ -112,8 +112,9 @@ def build_strategy(context: Context, name: str, slice_budget: float | str, nodes
             profile=name == "edge",
             total_samples=epochs * total,
             profile_timeout=_number(context, "profile-timeout"),
-            # the preset's cap is 1.5x the mean work (3 epochs where the scenarios train 2);
-            # its 3 epochs would hold every node below the baselines' local-epochs here
+            # the preset's cap (2.5 epochs, 1.25x the scenarios' 2) would hold every node
+            # below the baselines' local-epochs here; 1.5x them, as in runs 4-7
+            # (docs/benchmarks/deployment.md)
             max_epochs=1.5 * epochs,
             model=MLP,  # p_c from the served model (compute_share "auto"), as deploy/app
             input_shape=(32, 64),
