@@ -241,16 +241,6 @@ def _adaptive_k(s: Any, settings: SimSettings, schedule: dict[str, Any]) -> None
     s.updates_per_aggregation = lambda: per_aggregation
 
 
-def _fedbuff_rule(server_lr: float) -> Callable[..., Combined]:
-    """FedBuff's combine (staleness-weighted deltas over the buffer size) at ``server_lr``."""
-    fedbuff = SimpleNamespace(server_lr=server_lr)
-
-    def combine(global_arrays: Any, updates: Any, version: int, bases: Any) -> Combined:
-        return FedBuff.combine(fedbuff, global_arrays, updates, version, bases)  # type: ignore[arg-type]
-
-    return combine
-
-
 def _shares(s: Any, settings: SimSettings, variant: dict[str, Any]) -> Any:
     """The built strategy's ShareConfig with the variant's share settings."""
     shares = s.shares
@@ -281,7 +271,8 @@ def _change(s: Any, settings: SimSettings, variant: dict[str, Any]) -> None:
     if variant.get("tau_decay"):
         s.combine = _by_versions(s, float(variant.get("tau_scale", 1.0)))
     if variant.get("fedbuff_combine"):
-        s.combine = _fedbuff_rule(float(variant.get("server_lr", 1.0)))
+        # FedBuff's own combine (its threshold plays no part in it)
+        s.combine = FedBuff(s.threshold, server_lr=float(variant.get("server_lr", 1.0))).combine
     if "anneal" in variant:
         start, floor = variant["anneal"]
         s.combine = _annealed(s, settings.rounds, float(start), float(floor))

@@ -75,7 +75,11 @@ from strategies.shares import SharePlanner, profile_beside
 if TYPE_CHECKING:
     from strategies.base import SemiAsyncStrategy
 
-__all__ = ["Combined", "EventLoop", "Update"]
+__all__ = ["STALLED", "Combined", "EventLoop", "Update"]
+
+#: the stop reason of a run whose nodes are all gone: it is not marked finished, so that a
+#: later start in the same checkpoint folder resumes it once they are back
+STALLED = "stalled: no reply can arrive and no job can start"
 
 
 class EventLoop:
@@ -182,22 +186,20 @@ class EventLoop:
         while not self._finished():
             if not self._pump():
                 if stalled(self):
-                    self.stopper.stop("stalled: no reply can arrive and no job can start")
+                    self.stopper.stop(STALLED)
                     log(WARNING, "%s: stopping, %s", self.name, self.stopper.reason)
                     break
                 wait(self)
+        reason = self.stopper.reason or "round budget"
         log(
             INFO,
             "%s finished after %d aggregations (%s), %.3f s after the start",
             self.name,
             self.version,
-            self.stopper.reason or "round budget",
+            reason,
             self.clock.now() - self.start_time,
         )
-        reason = self.stopper.reason or "round budget"
-        if self.store is not None and not reason.startswith("stalled"):
-            # finished: a later start in the same folder is a new run (a stalled run, whose
-            # nodes were all gone, is resumed instead once they are back)
+        if self.store is not None and reason != STALLED:  # a later start is a new run
             self.store.mark_finished(self.version, reason, self.stopper.num_rounds)
         pulled = self.dispatcher.finish(self.strategy.loop.poll_interval)
         wanted = set(self.client_eval.rounds)  # the last evaluations: worth a short wait
