@@ -37,6 +37,11 @@ strategy. A variant is ``label:JSON`` with any of these keys:
     ``e_t = beta e_{t-1} + (1 - beta) x_t`` of the global models (Polyak averaging of the
     iterates; the clients still train from ``x_t``). Each row gets ``ema``: one curve per
     decay, on the aggregation times of ``curve``. Works for every strategy.
+``line_search``
+    ``{"etas": [...], "val": n}`` (issue 10, session 7): after the strategy's own combine,
+    the server tries the steps ``g + c (x_new - g)`` for every ``c`` in ``etas`` and keeps
+    the one with the lowest loss on a validation set of ``n`` samples drawn (per seed) from
+    the training pool, never from the test set. Works for edge and FedBuff.
 ``strategy``, ``fedbuff_lr``
     Run another strategy of the scenario (e.g. ``"fedbuff"``) with these settings;
     ``threshold`` and ``k_schedule`` apply to FedBuff too (its rule: a buffer of K).
@@ -188,6 +193,51 @@ def _by_versions(strategy: Any, scale: float) -> Any:
     return combine
 
 
+def _line_search(s: Any, settings: SimSettings, spec: dict[str, Any]) -> None:
+    """Wrap ``s.combine``: keep the step size with the lowest validation loss (``line_search``)."""
+    import torch
+    from torch.utils.data import TensorDataset
+
+    from clients.data import _pool_and_test
+    from clients.task import evaluate_model
+    from simulations.nodes import build_task
+
+    (x, y), _ = _pool_and_test(settings.scenario.dataset)
+    rng = np.random.default_rng(10_000 + settings.seed)
+    idx = rng.choice(len(y), size=min(len(y), int(spec.get("val", 300))), replace=False)
+    val = TensorDataset(torch.from_numpy(x[idx]), torch.from_numpy(y[idx]))
+    model = build_task(settings).model_fn()
+    keys = list(model.state_dict().keys())
+    loss_fn = torch.nn.CrossEntropyLoss()
+    etas = [float(e) for e in spec.get("etas", [0.5, 1.0, 1.5, 2.0, 3.0])]
+    original = s.combine
+    s.explore_etas = []
+
+    def score(arrays: Sequence[Any]) -> float:
+        state = {k: torch.from_numpy(np.array(a)) for k, a in zip(keys, arrays, strict=True)}
+        model.load_state_dict(state, strict=True)
+        with torch.no_grad():
+            return float(evaluate_model(model, loss_fn, val).loss)
+
+    def combine(g: Any, updates: Any, version: int, bases: Any) -> Combined:
+        c: Combined = original(g, updates, version, bases)
+        best, best_eta, best_arrays = math.inf, 1.0, c.arrays
+        for eta in etas:
+            cand = [
+                (ga + eta * (np.asarray(na) - ga)).astype(np.asarray(na).dtype)
+                if np.issubdtype(np.asarray(na).dtype, np.floating)
+                else na
+                for ga, na in zip(g, c.arrays, strict=True)
+            ]
+            value = score(cand)
+            if value < best:
+                best, best_eta, best_arrays = value, eta, cand
+        s.explore_etas.append(best_eta)
+        return Combined(best_arrays, c.weights, c.total)
+
+    s.combine = combine
+
+
 def k_at(version: int, k: int, schedule: dict[str, Any], reached: bool = False) -> int:
     """Return ``K_t`` of ``schedule`` at global ``version`` (never below 1 nor above ``k``).
 
@@ -299,6 +349,8 @@ def install(variant: dict[str, Any]) -> None:
                 s.threshold = int(variant["threshold"])
         if "k_schedule" in variant:
             _adaptive_k(s, settings, variant["k_schedule"])
+        if "line_search" in variant:
+            _line_search(s, settings, variant["line_search"])
         return s
 
     module.build_strategy = build
@@ -327,6 +379,9 @@ def main(argv: list[str] | None = None) -> int:
             r = run_experiment(s, engine="inprocess")
             updates = sum(h.participants for h in r.history)
             extra: dict[str, Any] = {"variant": variant, "updates_aggregated": updates}
+            etas = getattr(BUILT[-1], "explore_etas", None)
+            if etas:
+                extra["etas"] = etas
             curves = getattr(BUILT[-1], "ema_curves", {})
             if curves:  # one accuracy per evaluated version: the initial model, then each round
                 times = [h.virtual_time for h in r.history]
