@@ -42,6 +42,11 @@ strategy. A variant is ``label:JSON`` with any of these keys:
     the server tries the steps ``g + c (x_new - g)`` for every ``c`` in ``etas`` and keeps
     the one with the lowest loss on a validation set of ``n`` samples drawn (per seed) from
     the training pool, never from the test set. Works for edge and FedBuff.
+``valuation_set``
+    ``n`` (issue 10, session 7): the leave-one-out values are computed on ``n`` samples
+    drawn (per seed) from the training pool instead of the test set, which then serves
+    only the reported accuracy (and the stop). Whether values read off the test set give
+    the edge strategy an edge it would not have with a validation set of its own.
 ``strategy``, ``fedbuff_lr``
     Run another strategy of the scenario (e.g. ``"fedbuff"``) with these settings;
     ``threshold`` and ``k_schedule`` apply to FedBuff too (its rule: a buffer of K).
@@ -97,9 +102,58 @@ def _remember_loop(self: Any, strategy: Any, *args: Any, **kwargs: Any) -> None:
     """EventLoop.__init__ that lets the strategy reach its loop (profiles, for ``wdata``)."""
     _ORIGINAL_INIT(self, strategy, *args, **kwargs)
     strategy.explore_loop = self
+    valuation = getattr(strategy, "explore_valuation", None)
+    if valuation is not None:
+        _valuate_on(self.evaluation, valuation)
     betas = getattr(strategy, "explore_ema", None)
     if betas:
         _track_ema(self.evaluation, strategy, [float(b) for b in betas])
+
+
+def _validation_fn(settings: SimSettings, n: int) -> Callable[[int, Any], Any]:
+    """Return an ``evaluate_fn`` on ``n`` training-pool samples (never the test set)."""
+    import torch
+    from flwr.app import MetricRecord
+    from torch.utils.data import TensorDataset
+
+    from clients.data import _pool_and_test
+    from clients.task import evaluate_model
+    from simulations.nodes import build_task
+
+    (x, y), _ = _pool_and_test(settings.scenario.dataset)
+    rng = np.random.default_rng(20_000 + settings.seed)
+    idx = rng.choice(len(y), size=min(len(y), n), replace=False)
+    val = TensorDataset(torch.from_numpy(x[idx]), torch.from_numpy(y[idx]))
+    model = build_task(settings).model_fn()
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def evaluate(rnd: int, arrays: Any) -> Any:
+        model.load_state_dict(arrays.to_torch_state_dict(), strict=True)
+        with torch.no_grad():
+            res = evaluate_model(model, loss_fn, val)
+        return MetricRecord({"accuracy": res.accuracy, "loss": res.loss})
+
+    return evaluate
+
+
+def _valuate_on(evaluation: Any, fn: Callable[[int, Any], Any]) -> None:
+    """Make ``evaluation.valuate`` compute every metric it uses with ``fn``."""
+    from strategies.evaluation import to_record
+
+    original = evaluation.valuate
+
+    def valuate(rnd: int, total: Any, count: int, metrics: Any) -> Any:
+        if total is None or metrics is None:
+            return original(rnd, total, count, metrics)
+        test_fn = evaluation.evaluate_fn
+        evaluation.evaluate_fn = fn
+        try:
+            full = fn(rnd, to_record(evaluation.keys, total.mean()))
+            return original(rnd, total, count, full)
+        finally:
+            evaluation.evaluate_fn = test_fn
+
+    evaluation.valuate = valuate
 
 
 def _track_ema(evaluation: Any, strategy: Any, betas: list[float]) -> None:
@@ -339,6 +393,8 @@ def install(variant: dict[str, Any]) -> None:
         BUILT.append(s)
         if "ema" in variant:
             s.explore_ema = list(variant["ema"])
+        if "valuation_set" in variant:
+            s.explore_valuation = _validation_fn(settings, int(variant["valuation_set"]))
         if settings.strategy in ("edge", "edge-seed"):
             s.shares = _shares(s, settings, variant)
             _change(s, settings, variant)

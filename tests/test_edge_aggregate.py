@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import DUR, ToyEdge, as_numpy, run_edge
+from conftest import DUR, EQUAL, ToyEdge, accuracy_fn, as_numpy, model, run_edge, virtual
+from flwr.app import ArrayRecord, MetricRecord
 
 from flower_edge.errors import ConfigError
-from strategies import EdgeStrategy
+from strategies import EdgeStrategy, ValuationConfig
+from strategies.inprocess import InProcessGrid
 from strategies.records import Update
 
 
@@ -108,3 +110,34 @@ def test_bad_options_are_refused(options: dict[str, object], message: str) -> No
 
 def test_deltas_allow_a_server_lr_above_one() -> None:
     assert EdgeStrategy(threshold=2, aggregate="deltas", server_lr=2.0).server_lr == 2.0
+
+
+def test_values_read_the_metric_key_so_a_validation_metric_can_steer_training() -> None:
+    """An app that reports ``accuracy`` on its test set and values on ``val_accuracy``.
+
+    The reported metric is constant here, so leave-one-out on it would give equal values;
+    with ``metric_key="val_accuracy"`` the values come from the validation metric, are not
+    all equal, and the reported ``accuracy`` is what the Result keeps.
+    """
+    validation = accuracy_fn(goal=2.0)
+
+    def evaluate(rnd: int, arrays: ArrayRecord) -> MetricRecord:
+        val = float(validation(rnd, arrays)["accuracy"])  # type: ignore[arg-type]
+        return MetricRecord({"accuracy": 0.5, "val_accuracy": val})
+
+    def values_of(key: str) -> list[float]:
+        grid = InProcessGrid(ToyEdge(), 4)
+        strategy = EdgeStrategy(
+            threshold=2, clock=virtual(), shares=EQUAL, valuation=ValuationConfig(metric_key=key)
+        )
+        result = strategy.start(grid, model(0.0), num_rounds=2, evaluate_fn=evaluate)
+        assert result.evaluate_metrics_serverapp[2]["accuracy"] == 0.5
+        last = strategy.history[-1]
+        metrics = result.train_metrics_clientapp[2]
+        return [float(metrics[f"value-{n}"]) for n in sorted(set(last.participants))]  # type: ignore[arg-type]
+
+    on_test = values_of("accuracy")
+    assert on_test == pytest.approx([1.0 / len(on_test)] * len(on_test))
+    on_validation = values_of("val_accuracy")
+    assert sum(on_validation) == pytest.approx(1.0)
+    assert max(on_validation) - min(on_validation) > 1e-3
