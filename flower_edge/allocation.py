@@ -46,6 +46,7 @@ from flower_edge import validate
 from flower_edge.errors import InputError
 
 __all__ = [
+    "MAX_SAMPLES",
     "Allocation",
     "Method",
     "TimeModel",
@@ -60,6 +61,9 @@ logger = getLogger(__name__)
 
 Method = Literal["seed", "optimal"]
 METHODS: tuple[str, ...] = get_args(Method)
+#: largest sample count (a total, a share, a capacity) the allocation takes: the splits are
+#: computed in float64, which holds every integer up to 2**53 exactly
+MAX_SAMPLES = 2**53
 #: fewest distinct loads that :func:`fit_time_model` fits a line through
 MIN_POINTS = 2
 #: most recent observations that :func:`fit_time_model` uses (the node's current state)
@@ -114,12 +118,13 @@ class Allocation:
 
 # ---------------------------------------------------------------- validation helpers
 def _check_total(total: int) -> int:
-    return validate.integer("total", total, low=0, error=InputError)
+    return validate.integer("total", total, low=0, high=MAX_SAMPLES, error=InputError)
 
 
 def _check_counts(values: Sequence[int], field: str) -> list[int]:
     return [
-        validate.integer(f"{field}[{i}]", v, low=0, error=InputError) for i, v in enumerate(values)
+        validate.integer(f"{field}[{i}]", v, low=0, high=MAX_SAMPLES, error=InputError)
+        for i, v in enumerate(values)
     ]
 
 

@@ -30,6 +30,7 @@ import json
 import math
 import sys
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from flower_edge.errors import InputError
@@ -99,7 +100,10 @@ def add_model_options(parser: argparse.ArgumentParser, *, required: bool) -> Non
         "--model-kwargs",
         metavar="JSON",
         default=None,
-        help="keyword arguments for the model factory, e.g. '{\"width\": 32}'",
+        help=(
+            "keyword arguments for the model factory, e.g. '{\"hidden\": 32}' (mlp) or "
+            "'{\"width\": 32}' (cnn, cnn1d, resnet18)"
+        ),
     )
     parser.add_argument(
         "--share",
@@ -185,7 +189,7 @@ def load_model(spec: str, shape: tuple[int, ...], kwargs: Mapping[str, Any]) -> 
     """
     from torch import nn
 
-    from flower_edge.models import MODELS
+    from flower_edge.models import MODELS, build_model
 
     factory: Callable[..., Any]
     if ":" in spec:
@@ -199,7 +203,10 @@ def load_model(spec: str, shape: tuple[int, ...], kwargs: Mapping[str, Any]) -> 
             raise InputError(f"MODEL {spec!r}: {module_name} has no callable {attr!r}")
         factory, call_kwargs = found, dict(kwargs)
     elif spec in MODELS:
-        factory, call_kwargs = MODELS[spec], {**_bundled_kwargs(spec, shape), **kwargs}
+        factory, call_kwargs = (
+            partial(build_model, spec),
+            {**_bundled_kwargs(spec, shape), **kwargs},
+        )
     else:
         raise InputError(
             f"MODEL {spec!r} is neither pkg.mod:factory nor a bundled model "

@@ -307,10 +307,10 @@ def build_plan(
     """
     import numpy as np
 
-    from flower_edge.allocation import initial_shares, rebalance
+    from flower_edge.allocation import MAX_SAMPLES, initial_shares, rebalance
     from flower_edge.radar import match_ratios, standardise
 
-    validate.integer("--total-samples", total, low=0, error=InputError)
+    validate.integer("--total-samples", total, low=0, high=MAX_SAMPLES, error=InputError)
     validate.number(
         "--seconds-per-sample", seconds_per_sample, low=0.0, low_inclusive=False, error=InputError
     )
@@ -379,9 +379,12 @@ def _check_plot_path(text: str) -> Path:
     path = Path(text).expanduser()
     if path.is_dir():
         raise InputError(f"--plot {text!r} is a folder; give a file name, e.g. {text}/radar.png")
+    if path.suffix.lower() != ".png":
+        raise InputError(f"--plot {text!r}: the radar chart is a PNG; give a name ending in .png")
     folder = path.parent
     if not folder.is_dir():
-        raise InputError(f"--plot {text!r}: folder {str(folder)!r} does not exist")
+        what = "is a file, not a folder" if folder.exists() else "does not exist"
+        raise InputError(f"--plot {text!r}: {str(folder)!r} {what}")
     try:
         fd, trial = tempfile.mkstemp(prefix=".flower-edge-plot-", suffix=".png", dir=folder)
     except OSError as exc:

@@ -293,7 +293,8 @@ def build_model(name: str, **kwargs: Any) -> nn.Module:
     Raises
     ------
     InputError
-        If ``name`` is not a bundled model; the message lists the valid names.
+        If ``name`` is not a bundled model (the message lists the valid names), or an integer
+        keyword argument (every one is a size or a count: features, classes, widths) is < 1.
     """
     try:
         factory = MODELS[name]
@@ -301,4 +302,7 @@ def build_model(name: str, **kwargs: Any) -> nn.Module:
         raise InputError(
             f"unknown model {name!r}; bundled models: {', '.join(sorted(MODELS))}"
         ) from None
+    for key, value in kwargs.items():
+        if isinstance(value, int) and not isinstance(value, bool):
+            validate.integer(key, value, low=1, error=InputError)
     return factory(**kwargs)

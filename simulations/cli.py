@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import re
 import sys
@@ -89,7 +90,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--threshold", type=int, default=None, metavar="K", help="K (default: scenario's)"
     )
-    p.add_argument("--out", type=Path, default=None, metavar="DIR", help="output folder")
+    p.add_argument("--out", type=_folder, default=None, metavar="DIR", help="output folder")
     p.add_argument("--json", action="store_true", help="print only the JSON result on stdout")
     p.add_argument(
         "--engine",
@@ -122,10 +123,16 @@ def _check_overrides(args: argparse.Namespace) -> Scenario:
     Scenario
         The scenario named by ``--scenario``, without the overrides.
     """
-    from simulations.scenarios import DATASET_SIZES, resolve_scenario, resolve_strategies
+    from simulations.scenarios import (
+        DATASET_SIZES,
+        MAX_HETEROGENEITY,
+        MAX_SEED,
+        resolve_scenario,
+        resolve_strategies,
+    )
 
     validate.integer("--rounds", args.rounds, low=1, allow_none=True, error=InputError)
-    validate.integer("--seed", args.seed, low=0, error=InputError)
+    validate.integer("--seed", args.seed, low=0, high=MAX_SEED, error=InputError)
     validate.integer("--cpus", args.cpus, low=1, allow_none=True, error=InputError)
     try:
         base = resolve_scenario(args.scenario)
@@ -143,7 +150,12 @@ def _check_overrides(args: argparse.Namespace) -> Scenario:
             f"{clients} clients {base.min_client_samples} samples each"
         )
     validate.number(
-        "--heterogeneity", args.heterogeneity, low=1.0, allow_none=True, error=InputError
+        "--heterogeneity",
+        args.heterogeneity,
+        low=1.0,
+        high=MAX_HETEROGENEITY,
+        allow_none=True,
+        error=InputError,
     )
     n = base.num_clients if clients is None else clients
     k = validate.integer("--threshold", args.threshold, allow_none=True, error=InputError)
@@ -251,6 +263,13 @@ def check_ray_address(address: str, timeout: float = RAY_CONNECT_TIMEOUT) -> Non
             f"{timeout:g} s ({reason}); start one there (ray start --head --port {port}) or "
             "use --ray-address auto"
         ) from None
+
+
+def _folder(text: str) -> Path:
+    """``--out``'s type: a folder name (an empty one would write into the current folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must be a folder name, got ''")
+    return Path(text).expanduser()
 
 
 def _out_dir(args: argparse.Namespace) -> Path | None:
@@ -367,13 +386,33 @@ def run(args: argparse.Namespace) -> int:
     from simulations.scenarios import SCENARIOS
 
     if args.list:
+        if args.json:
+            print(json.dumps({name: sc.description for name, sc in SCENARIOS.items()}))
+            return 0
         width = max(map(len, SCENARIOS))
         for name, sc in SCENARIOS.items():
             print(f"{name:<{width}}  {sc.description}")
         return 0
     runs = _settings(args)  # every bad option fails here, before the engine starts
     ray_init_args = _engine_options(args)
+    existed = args.out is not None and args.out.exists()
     out = _out_dir(args)
+    try:
+        return _run(args, runs, ray_init_args, out)
+    except BaseException:
+        # a run that fails or is interrupted leaves no empty folder of its own behind
+        if out is not None and not existed and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+        raise
+
+
+def _run(
+    args: argparse.Namespace,
+    runs: list[SimSettings],
+    ray_init_args: dict[str, Any] | None,
+    out: Path | None,
+) -> int:
+    """Run every strategy of ``runs``; write the outputs to ``out`` and print the results."""
     from simulations.report import results_to_json, summary_table
     from simulations.runner import run_experiment
 

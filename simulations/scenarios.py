@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Literal, get_args
+from typing import Final, Literal, get_args
 
 from flower_edge import validate
 from flower_edge.errors import InputError
@@ -37,6 +37,8 @@ __all__ = [
     "DATASET_SIZES",
     "ENGINES",
     "Engine",
+    "MAX_HETEROGENEITY",
+    "MAX_SEED",
     "SCENARIOS",
     "STRATEGIES",
     "Partition",
@@ -45,6 +47,12 @@ __all__ = [
     "resolve_scenario",
     "resolve_strategies",
 ]
+
+#: largest fastest-over-slowest compute spread of a simulated federation: beyond a
+#: million-fold spread the slowest device's benchmarks and jobs leave the virtual clock's range
+MAX_HETEROGENEITY: Final = 1e6
+#: largest seed (torch and numpy take 64-bit seeds)
+MAX_SEED: Final = 2**64 - 1
 
 StrategyName = Literal["edge", "edge-seed", "fedavg", "fedbuff", "fedasync"]
 """``edge``: the project's best configuration of the edge method; ``edge-seed``: the seeds
@@ -165,7 +173,7 @@ class Scenario:
                 f"threshold K must be >= 1 and < clients ({self.num_clients}), got {self.threshold}"
             )
         checks: list[tuple[str, float, float, float | None]] = [
-            ("heterogeneity", self.heterogeneity, 1.0, None),
+            ("heterogeneity", self.heterogeneity, 1.0, MAX_HETEROGENEITY),
             ("gpu_fraction", self.gpu_fraction, 0.0, 1.0),
             ("flaky_fraction", self.flaky_fraction, 0.0, 1.0),
             ("target_accuracy", self.target_accuracy, 0.0, 1.0),

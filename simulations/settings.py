@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Final, Literal, TypedDict, Unpack, cast, get_a
 from flower_edge import validate
 from flower_edge.errors import ConfigError, InputError
 from simulations.scenarios import (
+    MAX_SEED,
     STRATEGIES,
     Scenario,
     StrategyName,
@@ -161,7 +162,7 @@ class SimSettings:
     def __post_init__(self) -> None:
         resolve_strategies(self.strategy)
         validate.choice("strategy", self.strategy, STRATEGIES, error=InputError)
-        validate.integer("seed", self.seed, low=0, error=InputError)
+        validate.integer("seed", self.seed, low=0, high=MAX_SEED, error=InputError)
         validate.integer("rounds", self.rounds, low=1, error=InputError)
         validate.probability("alpha", self.alpha, error=InputError)
         validate.number(

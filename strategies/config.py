@@ -16,6 +16,7 @@ import numpy.typing as npt
 from flwr.app import ArrayRecord, MetricRecord
 
 from flower_edge import validate
+from flower_edge.allocation import MAX_SAMPLES
 from flower_edge.errors import ConfigError
 
 __all__ = [
@@ -232,7 +233,9 @@ class ShareConfig:
         _positive("profile_timeout", self.profile_timeout, allow_zero=True)
         if self.profile_with_job is not None:
             validate.boolean("profile_with_job", self.profile_with_job)
-        validate.integer("total_samples", self.total_samples, low=0, allow_none=True)
+        validate.integer(
+            "total_samples", self.total_samples, low=0, high=MAX_SAMPLES, allow_none=True
+        )
         if self.compute_share != "auto":
             _positive("compute_share", self.compute_share, allow_zero=True)
             if self.compute_share > 1:

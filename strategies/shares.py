@@ -26,11 +26,13 @@ from strategies.config import ShareConfig
 from strategies.membership import Node
 from strategies.records import ProfileRecord, TrainReply
 
-__all__ = ["MAX_OBSERVATIONS", "SharePlanner", "profile_beside"]
+__all__ = ["MAX_OBSERVATIONS", "SUSPECT_OVER_CAP", "SharePlanner", "profile_beside"]
 
 #: (share, seconds) observations kept per node for the time model T = k f + b: the most recent
 #: ones (the fit follows a device whose speed changes, and the state stays bounded)
 MAX_OBSERVATIONS = 32
+#: a profile claiming more than this many times the share cap is logged as a WARNING (absurd)
+SUSPECT_OVER_CAP = 2.0
 
 
 class SharePlanner:
@@ -351,7 +353,12 @@ class SharePlanner:
         return initial_shares(total, ratios, caps)
 
     def log_capped(self, ids: list[int], ratios: list[float], total: int, cap: int | None) -> None:
-        """Warn about each node whose profile claims more than the cap."""
+        """Log each node whose profile claims more than the cap.
+
+        A claim up to :data:`SUSPECT_OVER_CAP` times the cap is the cap doing its work (e.g.
+        the ``edge`` preset's 3x the mean share): INFO. Beyond it the profile looks absurd:
+        WARNING.
+        """
         if cap is None or not total:
             return
         whole = math.fsum(ratios)
@@ -359,7 +366,7 @@ class SharePlanner:
             claimed = total * ratio / whole
             if claimed > cap:
                 log(
-                    WARNING,
+                    WARNING if claimed > SUSPECT_OVER_CAP * cap else INFO,
                     "%s: node %s share capped at %d samples (max_share_fraction %s); "
                     "its profile claims %.0f",
                     self.name,

@@ -28,13 +28,16 @@ benchmark uses them too), the real-deployment harness in ``deploy_harness.py``.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
+import pytest
 from fault_clients import LogCapture, capture_flwr_logs
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
@@ -42,6 +45,45 @@ from flwr.clientapp import ClientApp
 from flower_edge import wire
 from flower_edge.profiling import ProfilePlan
 from strategies import EdgeStrategy, InProcessGrid, ManualClock, ShareConfig, VirtualClock
+
+# ---------------------------------------------------------------- the command line
+
+#: two nodes of a ``plan --profiles`` file
+PLAN_NODES = {
+    "nodes": [
+        {"id": "pi4", "resources": {"cpu": 10, "gpu": 0, "memory": 40, "disk": 5}},
+        {"id": "jetson", "resources": {"cpu": 20, "gpu": 80, "memory": 60, "disk": 10}},
+    ]
+}
+
+
+@pytest.fixture
+def profiles(tmp_path: Path) -> str:
+    path = tmp_path / "nodes.json"
+    path.write_text(json.dumps(PLAN_NODES), encoding="utf-8")
+    return str(path)
+
+
+def plan_argv(profiles: str, *extra: str) -> list[str]:
+    """Return a valid ``plan`` command line on ``profiles``, then ``extra``."""
+    return ["plan", "--profiles", profiles, "--total-samples", "100", "--compute-share", "0.5"] + [
+        *extra
+    ]
+
+
+def fails(argv: Sequence[str], capsys: pytest.CaptureFixture[str], *needles: str) -> str:
+    """Run the CLI on ``argv``: exit code 2, one error line on stderr that holds every needle."""
+    from flower_edge.cli import main
+
+    assert main(list(argv)) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if ": error: " in line]
+    assert len(errors) == 1, err
+    assert "Traceback" not in err
+    for needle in needles:
+        assert needle in errors[0], err
+    return errors[0]
+
 
 # ---------------------------------------------------------------- toy clients
 

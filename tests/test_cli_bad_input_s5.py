@@ -8,7 +8,6 @@ unreachable ``--ray-address``, and the smaller checks and notes of ``simulate`` 
 
 from __future__ import annotations
 
-import json
 import re
 import socket
 import time
@@ -17,42 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import fails, plan_argv
 
 from flower_edge.cli import main
 from flower_edge.errors import ConfigError
 
-NODES = {
-    "nodes": [
-        {"id": "pi4", "resources": {"cpu": 10, "gpu": 0, "memory": 40, "disk": 5}},
-        {"id": "jetson", "resources": {"cpu": 20, "gpu": 80, "memory": 60, "disk": 10}},
-    ]
-}
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "simulations.md"
-
-
-@pytest.fixture
-def profiles(tmp_path: Path) -> str:
-    path = tmp_path / "nodes.json"
-    path.write_text(json.dumps(NODES), encoding="utf-8")
-    return str(path)
-
-
-def plan_argv(profiles: str, *extra: str) -> list[str]:
-    return ["plan", "--profiles", profiles, "--total-samples", "100", "--compute-share", "0.5"] + [
-        *extra
-    ]
-
-
-def fails(argv: Sequence[str], capsys: pytest.CaptureFixture[str], *needles: str) -> str:
-    """Run ``argv``: exit code 2, one error line on stderr that holds every needle."""
-    assert main(list(argv)) == 2
-    err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if ": error: " in line]
-    assert len(errors) == 1, err
-    assert "Traceback" not in err
-    for needle in needles:
-        assert needle in errors[0], err
-    return errors[0]
 
 
 # ---------------------------------------------------------------- plan --plot
@@ -276,7 +245,7 @@ def test_check_ray_address(listening_port: int, monkeypatch: pytest.MonkeyPatch)
     [
         (["--clients", "1"], "--clients must be an integer >= 2, got 1"),
         (["--clients", "5000"], "--clients must be <= 179 for scenario 'digits-20'"),
-        (["--heterogeneity", "0.5"], "--heterogeneity must be >= 1, got 0.5"),
+        (["--heterogeneity", "0.5"], "--heterogeneity must be in [1, 1000000], got 0.5"),
         (["--threshold", "0"], "--threshold K must be >= 1 and < clients (20), got 0"),
         (["--clients", "4", "--threshold", "4"], "--threshold K must be >= 1 and < clients (4)"),
         (["--scenario", "nope"], "--scenario: unknown scenario 'nope'"),

@@ -31,8 +31,8 @@ def _one_thread() -> None:
         (["--threshold", "20"], r"threshold K must be >= 1 and < clients \(20\), got 20"),
         (["--clients", "4", "--threshold", "4"], r"< clients \(4\), got 4"),
         (["--rounds", "0"], "--rounds must be an integer >= 1"),
-        (["--heterogeneity", "0.5"], "heterogeneity must be >= 1, got 0.5"),
-        (["--seed", "-1"], "--seed must be an integer >= 0"),
+        (["--heterogeneity", "0.5"], r"heterogeneity must be in \[1, 1000000\], got 0.5"),
+        (["--seed", "-1"], r"--seed must be an integer in \[0, 18446744073709551615\]"),
     ],
 )
 def test_bad_input_exits_2_before_the_engine(

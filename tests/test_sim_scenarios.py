@@ -41,7 +41,7 @@ def test_unknown_strategy_lists_valid_names() -> None:
         ({"clients": 1}, "clients must be an integer >= 2"),
         ({"threshold": 20}, r"threshold K must be >= 1 and < clients \(20\), got 20"),
         ({"threshold": 0}, "threshold K must be >= 1"),
-        ({"heterogeneity": 0.5}, "heterogeneity must be >= 1, got 0.5"),
+        ({"heterogeneity": 0.5}, r"heterogeneity must be in \[1, 1000000\], got 0.5"),
     ],
 )
 def test_bad_overrides(kwargs: dict[str, float], match: str) -> None:

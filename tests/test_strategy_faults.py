@@ -169,7 +169,7 @@ def test_duplicate_and_foreign_replies_are_rejected() -> None:
         (lambda: LoopConfig(poll_interval=math.nan), "poll_interval must be a finite number > 0"),
         (lambda: LoopConfig(min_nodes=0), "min_nodes must be an integer >= 1, got 0"),
         (lambda: LoopConfig(max_misses=True), "max_misses must be an integer >= 1, got True"),
-        (lambda: ShareConfig(total_samples=-1), "total_samples must be an integer >= 0"),
+        (lambda: ShareConfig(total_samples=-1), r"total_samples must be an integer in \[0, "),
         (lambda: ValuationConfig(metric_key=""), "metric_key must be a non-empty string"),
         (lambda: StopConfig(target=math.inf), "target must be a finite number, got inf"),
         (lambda: EdgeStrategy(threshold=2, resume=1), "resume must be a boolean"),  # type: ignore[arg-type]
