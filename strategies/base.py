@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import time
 from collections.abc import Callable, Iterable, Sequence
 from logging import INFO, WARNING
 from pathlib import Path
@@ -435,7 +436,15 @@ class SemiAsyncStrategy(Strategy):
             evaluate_fn,
             evaluate_config,
         )
+        started = time.time()
         result = run.execute()
+        # the closing lines of Flower's own Strategy.start, so that logs read the same
+        log(INFO, "")
+        log(INFO, "Strategy execution finished in %.2fs", time.time() - started)
+        log(INFO, "")
+        log(INFO, "Final results:")
+        log(INFO, "")
         for line in io.StringIO(str(result)):
             log(INFO, "\t%s", line.strip("\n"))
+        log(INFO, "")
         return result

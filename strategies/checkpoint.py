@@ -28,10 +28,10 @@ import os
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from logging import INFO, WARNING
 from pathlib import Path
-from typing import Any, Final, TypedDict
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -39,6 +39,14 @@ from flwr.common.logger import log
 
 from flower_edge.aggregation import check_update
 from flower_edge.errors import ConfigError, InputError
+from strategies.checkpoint_options import (
+    CHECKPOINT_DIR_ENV,
+    CHECKPOINT_DIR_KEY,
+    RESUME_ENV,
+    RESUME_KEY,
+    CheckpointOptions,
+    checkpoint_options,
+)
 from strategies.membership import Node
 from strategies.records import AggregationRecord, Update
 
@@ -57,13 +65,6 @@ __all__ = [
     "buffered_updates",
     "checkpoint_options",
 ]
-
-#: run-config key (when the app's schema has it) and environment variable of the folder
-CHECKPOINT_DIR_KEY: Final = "flower-edge-checkpoint-dir"
-CHECKPOINT_DIR_ENV: Final = "FLOWER_EDGE_CHECKPOINT_DIR"
-#: run-config key and environment variable of the resume switch (default: on with a folder)
-RESUME_KEY: Final = "flower-edge-resume"
-RESUME_ENV: Final = "FLOWER_EDGE_RESUME"
 
 STATE_FILE = "state.json"
 AUDIT_FILE = "audit.jsonl"
@@ -149,6 +150,16 @@ class CheckpointStore:
         for old in self.directory.glob("global-*.npz"):
             if old.name != name:
                 old.unlink(missing_ok=True)
+
+    def update_state(self, fields: Mapping[str, Any]) -> None:
+        """Replace ``fields`` of the latest checkpoint's state (atomically; none: no-op)."""
+        path = self.directory / STATE_FILE
+        try:
+            state = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return
+        text = json.dumps(dict(state, **fields), sort_keys=True).encode()
+        _atomic_write(path, lambda h: h.write(text))
 
     def load(self) -> Checkpoint:
         """Load the latest checkpoint; raise InputError if it is missing or unreadable."""
@@ -365,6 +376,9 @@ class RunState:
         Every aggregation so far.
     train_metrics, evaluate_metrics : Mapping[int, Mapping[str, Any]]
         The Result's ``train_metrics_clientapp`` / ``evaluate_metrics_serverapp``.
+    client_evaluate_metrics : Mapping[int, Mapping[str, Any]]
+        The Result's ``evaluate_metrics_clientapp`` (client-side evaluation; empty in
+        checkpoints written before 2026-12-01 19:00 UTC).
     """
 
     strategy: str
@@ -383,6 +397,7 @@ class RunState:
     evaluate_metrics: Metrics
     recent: tuple[float, ...] = ()
     averaged: int = 0
+    client_evaluate_metrics: Metrics = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """Return the JSON-ready dict written to ``state.json``."""
@@ -412,6 +427,9 @@ class RunState:
             "history": [h.to_json() for h in self.history],
             "train_metrics": {str(r): dict(m) for r, m in self.train_metrics.items()},
             "evaluate_metrics": {str(r): dict(m) for r, m in self.evaluate_metrics.items()},
+            "client_evaluate_metrics": {
+                str(r): dict(m) for r, m in self.client_evaluate_metrics.items()
+            },
         }
 
     @classmethod
@@ -445,6 +463,9 @@ class RunState:
                 history=tuple(AggregationRecord.from_json(h) for h in data["history"]),
                 train_metrics={int(r): dict(m) for r, m in data["train_metrics"].items()},
                 evaluate_metrics={int(r): dict(m) for r, m in data["evaluate_metrics"].items()},
+                client_evaluate_metrics={
+                    int(r): dict(m) for r, m in data.get("client_evaluate_metrics", {}).items()
+                },
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(
@@ -546,48 +567,3 @@ def buffered_updates(
     if out:
         log(INFO, "%s: %d accepted updates restored into the buffer", name, len(out))
     return out
-
-
-class CheckpointOptions(TypedDict, total=False):
-    """The checkpoint keywords of a strategy, as :func:`checkpoint_options` returns them."""
-
-    checkpoint_dir: str
-    resume: bool
-
-
-def checkpoint_options(
-    run_config: Mapping[str, Any], environ: Mapping[str, str] | None = None
-) -> CheckpointOptions:
-    """Return the checkpoint keywords for a strategy from the run config or the environment.
-
-    The folder comes from the run-config key :data:`CHECKPOINT_DIR_KEY` when the app's
-    ``[tool.flwr.app.config]`` defines it, else from the environment variable
-    :data:`CHECKPOINT_DIR_ENV` of the ServerApp's process (no schema change needed: ``flwr
-    run`` rejects run-config keys the schema lacks). Without either, ``{}``: no checkpoints.
-    With a folder, ``resume`` defaults to on (a restarted ServerApp continues from the last
-    checkpoint there, if any); :data:`RESUME_KEY` or :data:`RESUME_ENV` (``0``/``1``,
-    ``false``/``true``) turns it off. Use::
-
-        strategy = EdgeStrategy(threshold=2, **checkpoint_options(context.run_config))
-
-    Raises
-    ------
-    ConfigError
-        An empty folder name or a resume switch that is not a boolean.
-    """
-    env = os.environ if environ is None else environ
-    folder = run_config.get(CHECKPOINT_DIR_KEY, env.get(CHECKPOINT_DIR_ENV))
-    if folder is None:
-        return {}
-    if not isinstance(folder, str) or not folder.strip():
-        raise ConfigError(f"{CHECKPOINT_DIR_KEY} must be a non-empty folder name, got {folder!r}")
-    resume: object = run_config.get(RESUME_KEY, env.get(RESUME_ENV, True))
-    source = RESUME_KEY if RESUME_KEY in run_config else f"{RESUME_KEY} ({RESUME_ENV})"
-    if isinstance(resume, str):
-        words = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
-        if resume.strip().lower() not in words:
-            raise ConfigError(f"{source} must be true or false, got {resume!r}")
-        resume = words[resume.strip().lower()]
-    if not isinstance(resume, bool):
-        raise ConfigError(f"{RESUME_KEY} must be true or false, got {resume!r}")
-    return {"checkpoint_dir": folder, "resume": resume}

@@ -26,6 +26,15 @@ from strategies.membership import Node
 __all__ = ["ClientEvaluation", "aggregate_evaluate_replies"]
 
 
+def _weight(value: object) -> int | None:
+    """Return ``num-examples`` as a positive int (``140`` or ``140.0``), else ``None``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if not math.isfinite(value) or value <= 0 or value != int(value):
+        return None
+    return int(value)
+
+
 def aggregate_evaluate_replies(replies: Iterable[Message]) -> MetricRecord | None:
     """Average the numeric metrics of valid evaluate replies, weighted by ``num-examples``.
 
@@ -41,13 +50,16 @@ def aggregate_evaluate_replies(replies: Iterable[Message]) -> MetricRecord | Non
             continue
         records = list(msg.content.metric_records.values())
         metrics = msg.content.metric_records.get(wire.METRICS, records[0] if records else None)
-        weight = None if metrics is None else metrics.get(wire.NUM_EXAMPLES)
-        if isinstance(weight, bool) or not isinstance(weight, int) or weight <= 0:
+        weight = _weight(None if metrics is None else metrics.get(wire.NUM_EXAMPLES))
+        if weight is None:
+            got = None if metrics is None else metrics.get(wire.NUM_EXAMPLES)
             log(
                 WARNING,
-                "evaluate reply of node %s skipped: no %s > 0",
+                "evaluate reply of node %s skipped: %s must be an integer > 0 (as train "
+                "replies: 140 or 140.0), got %r",
                 msg.metadata.src_node_id,
                 wire.NUM_EXAMPLES,
+                got,
             )
             continue
         assert metrics is not None

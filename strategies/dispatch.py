@@ -285,15 +285,17 @@ class Dispatcher:
         longest = max(max(trips.get(s.node_id, [0.0])) for s in self.inflight.values())
         virtual = self.clock.is_virtual
         grace = 0.0 if virtual or budget <= 0 else min(60.0, max(2 * budget, longest))
+        started = self.clock.real_now()
         pulled = self.drain(grace, poll)
         log(
             INFO,
             "%s: %d messages were out at the end; jobs in slices stop at their slice end "
-            "(no next slice is sent); %d still out after %.1f s (a whole job runs to its end "
-            "on its node; its reply is dropped)",
+            "(no next slice is sent); %d still out after waiting %.1f s of at most %.1f s (a "
+            "whole job runs to its end on its node; its reply is dropped)",
             self.name,
             out,
             len(self.inflight),
+            self.clock.real_now() - started,
             grace,
         )
         return pulled

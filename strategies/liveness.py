@@ -8,7 +8,11 @@ Functions over a :class:`~strategies.loop.EventLoop`:
   late (dropped from the round, never waited on); under a wall clock, a node no longer
   registered then is forgotten there and then;
 - :func:`wait`: sleep until the next event may be due, re-reading membership (wall clock);
-- :func:`stalled`: whether no event can happen any more (the run then stops, saying why).
+- :func:`stalled`: whether no event can happen any more;
+- :func:`flush_stalled`: at a stall, aggregate the buffered updates if there are any (fewer
+  than the strategy's rule wants, but no more can arrive: e.g. the other nodes' replies were
+  rejected and they wait for a newer global model), so that accepted updates are not lost and
+  the run goes on; with an empty buffer the run stops, saying why.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from strategies.membership import Node
 if TYPE_CHECKING:
     from strategies.loop import EventLoop
 
-__all__ = ["expire", "forgotten", "on_deadline", "stalled", "wait"]
+__all__ = ["expire", "flush_stalled", "forgotten", "on_deadline", "stalled", "wait"]
 
 
 def expire(loop: EventLoop) -> None:
@@ -56,6 +60,28 @@ def stalled(loop: EventLoop) -> bool:
         if loop.inflight:
             return False
     return loop.membership.all_waiting(loop.version)
+
+
+def flush_stalled(loop: EventLoop) -> bool:
+    """At a stall, aggregate the buffer (if any); return whether it did.
+
+    No reply can arrive and no job can start, so the rule's "enough updates" cannot be
+    reached on this version: the buffered updates are aggregated as they are (logged), the
+    new version lets every waiting node start a job, and the run goes on.
+    """
+    if not loop.buffer:
+        return False
+    log(
+        WARNING,
+        "%s: %d buffered update(s) and no other can arrive (the other nodes wait for a newer "
+        "global model, e.g. after a rejected reply): aggregating them now, fewer than the "
+        "rule wants, so that the run goes on",
+        loop.name,
+        len(loop.buffer),
+    )
+    loop.aggregate_now(max(u.received_at for u in loop.buffer))
+    loop.start_idle_jobs()
+    return True
 
 
 def wait(loop: EventLoop) -> None:

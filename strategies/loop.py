@@ -57,7 +57,7 @@ from strategies.dispatch import Dispatcher
 from strategies.evaluation import EvaluateFn, ServerEvaluation, evaluate_served, to_record
 from strategies.events import REPLY, DeadlineEvent, EventQueue, ReplyEvent, Sent
 from strategies.intake import accept_finished, screen_buffer, train_metrics
-from strategies.liveness import expire, on_deadline, stalled, wait
+from strategies.liveness import expire, flush_stalled, on_deadline, stalled, wait
 from strategies.membership import Job, Membership, Node
 from strategies.records import (
     AggregationRecord,
@@ -69,7 +69,12 @@ from strategies.records import (
     Update,
     parse_reply_for,
 )
-from strategies.resume import resume_from_checkpoint, save_buffered_update, save_checkpoint
+from strategies.resume import (
+    resume_from_checkpoint,
+    save_buffered_update,
+    save_checkpoint,
+    save_client_evaluations,
+)
 from strategies.shares import SharePlanner, profile_beside
 
 if TYPE_CHECKING:
@@ -181,11 +186,11 @@ class EventLoop:
             self.buffer and self.strategy.aggregation_due(len(self.buffer)) and not self._finished()
         ):
             # killed while checkpointing the aggregation these updates triggered: redo it
-            self._aggregate(max(u.received_at for u in self.buffer))
+            self.aggregate_now(max(u.received_at for u in self.buffer))
         self.start_idle_jobs()
         while not self._finished():
             if not self._pump():
-                if stalled(self):
+                if stalled(self) and not flush_stalled(self):
                     self.stopper.stop(STALLED)
                     log(WARNING, "%s: stopping, %s", self.name, self.stopper.reason)
                     break
@@ -209,6 +214,7 @@ class EventLoop:
                 self.client_eval.replies_in[msg.metadata.reply_to_message_id] = msg
         for message_id in list(self.client_eval.rounds):  # lost ones count as no reply
             self.on_evaluated(message_id)
+        save_client_evaluations(self)
         self.result.arrays = to_record(self.keys, self.served or self.global_arrays)
         return self.result
 
@@ -391,10 +397,10 @@ class EventLoop:
         if self.strategy.aggregation_due(len(self.buffer)):
             screen_buffer(self)  # absurd num-examples of unmodified apps, first updates too
         if self.strategy.aggregation_due(len(self.buffer)):
-            self._aggregate(when)
+            self.aggregate_now(when)
 
     # ================================================================== aggregation
-    def _aggregate(self, when: float) -> None:
+    def aggregate_now(self, when: float) -> None:
         """Combine the buffer into a new global version; value, log, rebalance, checkpoint."""
         updates, self.buffer = self.buffer, []
         bases = {

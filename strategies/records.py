@@ -147,6 +147,18 @@ def _number(metrics: MetricRecord, key: str, *, integer: bool, required: bool = 
     return float(value)
 
 
+def _report(metrics: MetricRecord, key: str) -> float | None:
+    """Return an informational protocol metric (the training loss), ``None`` if not finite.
+
+    A diverged loss is no reason to reject an update whose arrays are sound (they are checked
+    on their own); a plain ClientApp may also use the name for a value of its own.
+    """
+    value = metrics.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(float(value)) else None
+
+
 def _only_record(records: dict[str, Any], key: str, kind: str) -> Any:
     if key in records:
         return records[key]
@@ -244,7 +256,7 @@ def parse_train_reply(msg: Message, keys: Sequence[str]) -> TrainReply:
         virtual_seconds=virtual_seconds,
         abandoned=bool(abandoned),
         abandoned_jobs=_number(metrics, wire.ABANDONED_JOBS, integer=True),
-        train_loss=_number(metrics, wire.TRAIN_LOSS, integer=False),
+        train_loss=_report(metrics, wire.TRAIN_LOSS),
         drop_in=drop_in,
         profile=profile,
         profile_problem=profile_problem,
@@ -541,7 +553,8 @@ def short_error(reason: str, limit: int = 300) -> str:
     lines = [line.strip() for line in _ANSI.sub("", reason).splitlines() if line.strip()]
     if not lines:
         return "(no reason given)"
-    last = lines[-1] if len(lines) == 1 else f"{lines[-1]} (the node logs the traceback)"
+    exception = lines[-1].removesuffix("'>")  # Flower's reason may end in its repr's "'>"
+    last = exception if len(lines) == 1 else f"{exception} (the node logs the traceback)"
     return last if len(last) <= limit else last[: limit - 3] + "..."
 
 

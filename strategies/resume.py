@@ -28,7 +28,12 @@ from strategies.records import AggregationRecord, Update
 if TYPE_CHECKING:
     from strategies.loop import EventLoop
 
-__all__ = ["resume_from_checkpoint", "save_buffered_update", "save_checkpoint"]
+__all__ = [
+    "resume_from_checkpoint",
+    "save_buffered_update",
+    "save_checkpoint",
+    "save_client_evaluations",
+]
 
 
 def save_buffered_update(loop: EventLoop, update: Update) -> None:
@@ -67,11 +72,22 @@ def save_checkpoint(loop: EventLoop, record: AggregationRecord) -> None:
         history=tuple(loop.strategy.history),
         train_metrics={r: dict(m) for r, m in loop.result.train_metrics_clientapp.items()},
         evaluate_metrics={r: dict(m) for r, m in loop.result.evaluate_metrics_serverapp.items()},
+        client_evaluate_metrics={
+            r: dict(m) for r, m in loop.result.evaluate_metrics_clientapp.items()
+        },
         averaged=0 if loop.average is None else loop.average.count,
     )
     entries = [buffer_entry(u, loop.start_time) for u in loop.buffer]
     average = None if loop.average is None else loop.average.arrays
     loop.store.save_run(record, loop.keys, loop.global_arrays, state, entries, average)
+
+
+def save_client_evaluations(loop: EventLoop) -> None:
+    """Add the client-side evaluations that came in after the last checkpoint to it."""
+    if loop.store is None:
+        return
+    metrics = {str(r): dict(m) for r, m in loop.result.evaluate_metrics_clientapp.items()}
+    loop.store.update_state({"client_evaluate_metrics": metrics})
 
 
 def _restore_buffer(loop: EventLoop, store: CheckpointStore) -> None:
@@ -136,6 +152,9 @@ def resume_from_checkpoint(loop: EventLoop, ids: list[int]) -> bool:
     }
     loop.result.evaluate_metrics_serverapp = {
         r: MetricRecord(dict(m)) for r, m in state.evaluate_metrics.items()
+    }
+    loop.result.evaluate_metrics_clientapp = {
+        r: MetricRecord(dict(m)) for r, m in state.client_evaluate_metrics.items()
     }
     if set(ids) <= set(state.nodes):
         for i in ids:

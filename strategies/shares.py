@@ -313,7 +313,12 @@ class SharePlanner:
                 {i: shares[i] for i in ids},
             )
         else:
-            log(INFO, "%s: no sample counts known: every node trains its own default", self.name)
+            log(
+                INFO,
+                "%s: no node reported its local sample count (no profile): every node trains "
+                "its own default amount (e.g. the app's local epochs)",
+                self.name,
+            )
 
     def node_cap(self, node_id: int, cap: int | None) -> int | None:
         """Return the cap on ``node_id``'s share: ``cap``, and ``max_epochs`` of its own data.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 from conftest import EQUAL, ToyEdge, accuracy_fn, flwr_logs, model, virtual
@@ -124,6 +125,22 @@ def test_aggregate_evaluate_matches_a_hand_weighted_mean_and_skips_bad_replies()
     assert aggregate_evaluate_replies([]) is None
 
 
+def test_evaluate_num_examples_follow_the_train_replies_rule() -> None:
+    """140 and 140.0 are counts (as in train replies); 140.5, 0, nan and "140" are not."""
+    query = Message(RecordDict({}), 1001, "evaluate")
+
+    def reply(n: object) -> Message:
+        metrics = MetricRecord({"accuracy": 0.5})
+        metrics[wire.NUM_EXAMPLES] = n  # type: ignore[assignment]
+        return Message(RecordDict({"m": metrics}), reply_to=query)
+
+    got = aggregate_evaluate_replies([reply(140), reply(60.0)])
+    assert got is not None
+    assert got[wire.NUM_EXAMPLES] == 200
+    for bad in (140.5, 0, -3, float("nan")):
+        assert aggregate_evaluate_replies([reply(bad)]) is None
+
+
 @pytest.mark.parametrize(
     ("options", "match"),
     [
@@ -151,3 +168,27 @@ def test_fewer_idle_nodes_than_wanted_is_said_once() -> None:
     assert caplog.text.count("only idle nodes are asked") == 1
     assert "of the 4 nodes that fraction_evaluate" in caplog.text
     assert set(result.evaluate_metrics_clientapp) == {1, 2, 3}
+
+
+def test_client_side_evaluation_metrics_survive_a_resume(tmp_path: Path) -> None:
+    def run(rounds: int):  # type: ignore[no-untyped-def]
+        grid = InProcessGrid(EvaluatingToy(), 4)
+        strategy = EdgeStrategy(
+            threshold=2,
+            clock=virtual(),
+            shares=EQUAL,
+            fraction_evaluate=0.5,
+            min_evaluate_nodes=2,
+            checkpoint_dir=tmp_path,
+            resume=True,
+        )
+        return strategy.start(grid, model(0.0), num_rounds=rounds, evaluate_fn=accuracy_fn())
+
+    first = run(3)
+    assert set(first.evaluate_metrics_clientapp) == {1, 2, 3}
+    resumed = run(5)  # the finished run continues under a larger budget
+    assert set(resumed.evaluate_metrics_clientapp) >= {1, 2, 3, 4}
+    for rnd in (1, 2, 3):
+        assert dict(resumed.evaluate_metrics_clientapp[rnd]) == dict(
+            first.evaluate_metrics_clientapp[rnd]
+        )

@@ -180,3 +180,18 @@ def test_a_client_traceback_is_logged_as_its_last_line_without_colour_codes() ->
     assert short_error("Node unavailable") == "Node unavailable"
     assert short_error("") == "(no reason given)"
     assert short_error("x" * 1000) == "x" * 297 + "..."
+
+
+@pytest.mark.parametrize("loss", [math.nan, math.inf, -math.inf])
+def test_a_train_loss_that_is_not_a_finite_number_is_dropped_not_the_update(loss: object) -> None:
+    from strategies.records import parse_train_reply
+
+    query = Message(RecordDict({}), 1001, "train")
+    metrics = MetricRecord({wire.NUM_EXAMPLES: 5})
+    metrics[wire.TRAIN_LOSS] = loss  # type: ignore[assignment]
+    arrays = ArrayRecord({"w": Array(np.zeros(3, dtype=np.float32))})
+    reply = Message(RecordDict({"arrays": arrays, "metrics": metrics}), reply_to=query)
+    parsed = parse_train_reply(reply, ("w",))
+    assert parsed.train_loss is None
+    assert parsed.arrays is not None
+    assert parsed.num_examples == 5
