@@ -193,6 +193,11 @@ def read_profiles(data: Any) -> tuple[list[str], list[list[float]], list[int | N
         Not a ``{"nodes": [...]}`` object or a list, an empty node list, a missing or
         duplicate id, or a bad resource value or capacity; the message names the entry.
     """
+    if isinstance(data, Mapping) and set(data) - {"nodes"}:
+        raise InputError(
+            f'profiles has unknown top-level keys {sorted(map(str, set(data) - {"nodes"}))}; '
+            'the document is {"nodes": [...]}'
+        )
     nodes = data.get("nodes") if isinstance(data, Mapping) else data
     if not isinstance(nodes, list):
         raise InputError('profiles must be {"nodes": [...]} or a list of profiles with ids')
@@ -208,7 +213,9 @@ def read_profiles(data: Any) -> tuple[list[str], list[list[float]], list[int | N
             raise InputError(f"{where} must be an object, got {type(entry).__name__}")
         node_id = entry.get("id")
         if not isinstance(node_id, str | int) or isinstance(node_id, bool) or node_id == "":
-            raise InputError(f"{where}.id must be a non-empty string, got {node_id!r}")
+            raise InputError(
+                f"{where}.id must be a non-empty string (or an integer), got {node_id!r}"
+            )
         node_id = str(node_id)
         if node_id in seen:
             raise InputError(f"{where}.id {node_id!r} duplicates nodes[{seen[node_id]}].id")

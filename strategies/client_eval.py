@@ -22,6 +22,7 @@ from flwr.common.logger import log
 from flower_edge import validate, wire
 from strategies.dispatch import Dispatcher
 from strategies.membership import Node
+from strategies.records import short_error
 
 __all__ = ["ClientEvaluation", "aggregate_evaluate_replies"]
 
@@ -45,7 +46,7 @@ def aggregate_evaluate_replies(replies: Iterable[Message]) -> MetricRecord | Non
     total = 0
     for msg in replies:
         if msg.has_error() or not msg.has_content():
-            reason = msg.error.reason if msg.has_error() else "no content"
+            reason = short_error(msg.error.reason or "") if msg.has_error() else "no content"
             log(WARNING, "evaluate reply of node %s skipped: %s", msg.metadata.src_node_id, reason)
             continue
         records = list(msg.content.metric_records.values())

@@ -260,6 +260,7 @@ BAD_PLANS: list[tuple[Any, list[str], str]] = [
         "must be a finite number >= 0, got inf",
     ),
     ({"nodes": [{"id": "x", "resources": {"tpu": 1}}]}, [], "unknown keys ['tpu']"),
+    ({"nodes": NODES, "node": []}, [], "unknown top-level keys ['node']"),
     ({"nodes": [{"resources": {"cpu": 1}}]}, [], "nodes[0].id must be a non-empty string"),
     ({"nodes": [{"id": "x", "resources": {"cpu": 1}, "capacity": -3}]}, [], "capacity must be"),
     ({"nodes": [{"id": "x", "resources": {"cpu": 0}}]}, [], "no node scores above zero"),
