@@ -195,7 +195,7 @@ def read_profiles(data: Any) -> tuple[list[str], list[list[float]], list[int | N
     """
     if isinstance(data, Mapping) and set(data) - {"nodes"}:
         raise InputError(
-            f'profiles has unknown top-level keys {sorted(map(str, set(data) - {"nodes"}))}; '
+            f"profiles has unknown top-level keys {sorted(map(str, set(data) - {'nodes'}))}; "
             'the document is {"nodes": [...]}'
         )
     nodes = data.get("nodes") if isinstance(data, Mapping) else data
