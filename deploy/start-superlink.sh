@@ -48,6 +48,7 @@ while [ "$#" -gt 0 ]; do
   shift
 done
 port_ok "$port" || { echo "start-superlink: --port must be 1-65535, got '$port'" >&2; exit 2; }
+port_free "$host" "$port" || { echo "start-superlink: $host:$port is in use (another SuperLink?): stop it or give --port" >&2; exit 2; }
 if [ "$insecure" = 1 ] && [ -n "$certs" ]; then
   echo "start-superlink: give either --insecure or --certs DIR, not both" >&2; exit 2
 fi

@@ -69,7 +69,11 @@ if [ -n "$key" ]; then
   [ -r "$key" ] || { echo "start-supernode: cannot read private key '$key'" >&2; exit 2; }
   args+=(--auth-supernode-private-key "$key")
 fi
-[ -n "$node_config" ] && args+=(--node-config "$node_config")
+if [ -n "$node_config" ]; then
+  why="$(node_config_ok "$node_config")" || { echo "start-supernode: --node-config: $why" >&2; exit 2; }
+  args+=(--node-config "$node_config")
+fi
+port_free 127.0.0.1 "$port" || { echo "start-supernode: --port $port is in use on 127.0.0.1 (another SuperNode?): give each node its own --port" >&2; exit 2; }
 
 # Flower's exit code 305 (SUPERNODE_CONNECTION_ERROR) means "could not register / activate on
 # the SuperLink". The process status is not 305 (exit statuses stop at 255), so it is read from

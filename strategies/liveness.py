@@ -9,10 +9,12 @@ Functions over a :class:`~strategies.loop.EventLoop`:
   registered then is forgotten there and then;
 - :func:`wait`: sleep until the next event may be due, re-reading membership (wall clock);
 - :func:`stalled`: whether no event can happen any more;
-- :func:`flush_stalled`: at a stall, aggregate the buffered updates if there are any (fewer
-  than the strategy's rule wants, but no more can arrive: e.g. the other nodes' replies were
-  rejected and they wait for a newer global model), so that accepted updates are not lost and
-  the run goes on; with an empty buffer the run stops, saying why.
+- :func:`unblock`: whether the run can go on. At a stall, or when every train message still
+  out is from a node past its soft deadline while no other node can start a job, the
+  buffered updates are aggregated as they are (fewer than the strategy's rule wants, but no
+  more can come in time: e.g. the other nodes' replies were rejected and they wait for a
+  newer global model), so that accepted updates are not lost and the run goes on. A stall
+  with an empty buffer ends the run.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from strategies.membership import Node
 if TYPE_CHECKING:
     from strategies.loop import EventLoop
 
-__all__ = ["expire", "flush_stalled", "forgotten", "on_deadline", "stalled", "wait"]
+__all__ = ["expire", "forgotten", "on_deadline", "only_late_out", "stalled", "unblock", "wait"]
 
 
 def expire(loop: EventLoop) -> None:
@@ -62,24 +64,37 @@ def stalled(loop: EventLoop) -> bool:
     return loop.membership.all_waiting(loop.version)
 
 
-def flush_stalled(loop: EventLoop) -> bool:
-    """At a stall, aggregate the buffer (if any); return whether it did.
+def only_late_out(loop: EventLoop) -> bool:
+    """Return whether every train message out is from a late node and no job can start."""
+    out = [s for s in loop.dispatcher.inflight.values() if s.job_id >= 0]
+    return (
+        bool(out)
+        and all(loop.nodes[s.node_id].late for s in out)
+        and loop.membership.all_waiting(loop.version)
+    )
 
-    No reply can arrive and no job can start, so the rule's "enough updates" cannot be
-    reached on this version: the buffered updates are aggregated as they are (logged), the
-    new version lets every waiting node start a job, and the run goes on.
+
+def unblock(loop: EventLoop) -> bool:
+    """Return whether the run can go on; aggregate the buffer when only that lets it.
+
+    No reply can arrive (a stall), or none but from nodes past their soft deadline, and no
+    job can start: the rule's "enough updates" cannot be reached on this version in time. The
+    buffered updates are aggregated as they are (logged) at the current time, the new version
+    lets every waiting node start a job, and the run goes on. A stall with an empty buffer
+    cannot go on.
     """
-    if not loop.buffer:
-        return False
+    stuck = stalled(loop)
+    if not loop.buffer or not (stuck or only_late_out(loop)):
+        return not stuck
     log(
         WARNING,
-        "%s: %d buffered update(s) and no other can arrive (the other nodes wait for a newer "
-        "global model, e.g. after a rejected reply): aggregating them now, fewer than the "
-        "rule wants, so that the run goes on",
+        "%s: %d buffered update(s) and no other can arrive in time (the other nodes wait for "
+        "a newer global model, e.g. after a rejected reply, or are past their deadline): "
+        "aggregating them now, fewer than the rule wants, so that the run goes on",
         loop.name,
         len(loop.buffer),
     )
-    loop.aggregate_now(max(u.received_at for u in loop.buffer))
+    loop.aggregate_now(loop.clock.now())
     loop.start_idle_jobs()
     return True
 

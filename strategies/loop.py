@@ -57,7 +57,7 @@ from strategies.dispatch import Dispatcher
 from strategies.evaluation import EvaluateFn, ServerEvaluation, evaluate_served, to_record
 from strategies.events import REPLY, DeadlineEvent, EventQueue, ReplyEvent, Sent
 from strategies.intake import accept_finished, screen_buffer, train_metrics
-from strategies.liveness import expire, flush_stalled, on_deadline, stalled, wait
+from strategies.liveness import expire, on_deadline, unblock, wait
 from strategies.membership import Job, Membership, Node
 from strategies.records import (
     AggregationRecord,
@@ -190,7 +190,7 @@ class EventLoop:
         self.start_idle_jobs()
         while not self._finished():
             if not self._pump():
-                if stalled(self) and not flush_stalled(self):
+                if not unblock(self):
                     self.stopper.stop(STALLED)
                     log(WARNING, "%s: stopping, %s", self.name, self.stopper.reason)
                     break

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 from pathlib import Path
 
@@ -43,3 +44,54 @@ def test_bad_arguments_exit_2_naming_the_option(script: str, args: list[str], me
     assert done.returncode == 2
     assert message in done.stderr
     assert "Traceback" not in done.stderr
+
+
+WHOLE = "partition-id and num-partitions must both be given as whole numbers"
+NODE = ["--insecure", "--superlink", "127.0.0.1:9092", "--port", "1"]  # port 1: never reached
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ("partition-id=abc num-partitions=3", "value of 'partition-id' must be a number"),
+        ("partition-id", "entry 'partition-id' is not KEY=VALUE"),
+        ("partition-id=0 num-partitions", "entry 'num-partitions' is not KEY=VALUE"),
+        ("partition-id=5 num-partitions=3", "need 0 <= partition-id < num-partitions"),
+        ("num-partitions=0", WHOLE),
+        ("partition-id=1.5 num-partitions=3", WHOLE),
+    ],
+)
+def test_a_bad_node_config_exits_2_before_starting(config: str, message: str) -> None:
+    done = _run("start-supernode.sh", *NODE, "--node-config", config)
+    assert done.returncode == 2
+    assert f"--node-config: {message}" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def _listening() -> tuple[socket.socket, int]:
+    held = socket.socket()
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    return held, held.getsockname()[1]
+
+
+def test_a_port_in_use_exits_2_and_leaves_no_database(tmp_path: Path) -> None:
+    held, port = _listening()
+    with held:
+        done = subprocess.run(
+            ["bash", str(DEPLOY / "start-superlink.sh"), "--insecure", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            cwd=tmp_path,
+        )
+        assert done.returncode == 2
+        assert f"127.0.0.1:{port} is in use" in done.stderr
+        assert list(tmp_path.iterdir()) == []  # no superlink-<port>.db
+        node = _run(
+            "start-supernode.sh", "--insecure", "--superlink", "127.0.0.1:9", "--port", str(port)
+        )
+        assert node.returncode == 2
+        assert f"--port {port} is in use" in node.stderr
+        assert "Traceback" not in node.stderr

@@ -16,7 +16,7 @@ import pytest
 from conftest import EQUAL, ToyEdge, accuracy_fn, flwr_logs, model, virtual
 from flwr.app import Context, Message
 
-from strategies import EdgeStrategy, FedBuff, InProcessGrid
+from strategies import EdgeStrategy, FedBuff, InProcessGrid, LoopConfig, ManualClock
 
 FLUSH = "aggregating them now, fewer than the rule wants"
 
@@ -72,3 +72,23 @@ def test_a_run_where_nothing_can_arrive_still_stops() -> None:
         strategy.start(grid, model(0.0), num_rounds=5, evaluate_fn=accuracy_fn())
     assert strategy.history == []
     assert logs.matching("stopping, stalled", level=logging.WARNING)
+
+
+def test_a_node_past_its_deadline_is_not_waited_on_until_the_timeout() -> None:
+    """A registered node that never answers (a SuperNode holding a reply after a SuperLink
+    restart): once its soft deadline has passed and the others wait, the buffer is
+    aggregated, instead of every aggregation waiting for the 600 s timeout."""
+    clock = ManualClock()
+    grid = InProcessGrid(ToyEdge(speeds=[10.0, 20.0, 40.0]), 3, clock=clock)
+    grid.silence(1003)
+    strategy = EdgeStrategy(
+        threshold=2,
+        clock=clock,
+        shares=EQUAL,
+        loop=LoopConfig(deadline=5.0, poll_interval=0.5),
+    )
+    with flwr_logs(logging.INFO) as logs:
+        strategy.start(grid, model(0.0), num_rounds=3, timeout=600.0)
+    assert len(strategy.history) == 3
+    assert strategy.history[-1].time < 60.0  # not 3 x 600 s
+    assert logs.matching("past their deadline", level=logging.WARNING)
