@@ -16,8 +16,12 @@ name           features    classes    default model    centralized test / pool
 
 Loading is cached per process (simulations build up to 100 clients repeatedly): the raw
 arrays, the partition index lists and the tensors of each partition are computed once.
-Generated MNIST-1D arrays are also cached on disk as ``.npz`` under ``$FLOWER_EDGE_CACHE``
-(default ``~/.cache/flower-edge``); an unwritable cache folder is skipped with a warning.
+Generated MNIST-1D arrays, scikit-learn's digits and the partition index lists of
+flwr-datasets' partitioners are also cached on disk as ``.npz`` under ``$FLOWER_EDGE_CACHE``
+(default ``~/.cache/flower-edge``; the file names hold the versions of the libraries that made
+them, so an upgrade builds them again), so that a new process (every Ray actor of a
+simulation) imports neither scikit-learn nor ``datasets`` to rebuild them; an unwritable cache
+folder is skipped with a warning.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import os
 import random
 import tempfile
 import warnings
+from collections.abc import Callable
 from functools import cache, lru_cache
 from logging import WARNING
 from pathlib import Path
@@ -105,35 +110,58 @@ def _generate_mnist1d() -> dict[str, np.ndarray[Any, Any]]:
     return {k: np.asarray(data[k]) for k in ("x", "y", "x_test", "y_test")}
 
 
-@lru_cache(maxsize=1)
-def _mnist1d_arrays() -> dict[str, np.ndarray[Any, Any]]:
-    path = _cache_dir() / "mnist1d-default-seed42.npz"
+Named = dict[str, np.ndarray[Any, Any]]
+
+
+def _disk_cached(path: Path, keys: tuple[str, ...], make: Callable[[], Named], what: str) -> Named:
+    """Return the arrays ``keys`` of the ``.npz`` at ``path``, or ``make()`` and save them."""
     if path.is_file():
         try:
             with np.load(path, allow_pickle=False) as npz:
-                return {k: npz[k] for k in ("x", "y", "x_test", "y_test")}
+                return {k: npz[k] for k in keys}
         except (OSError, ValueError, KeyError) as exc:
-            log(WARNING, "ignoring unreadable MNIST-1D cache %s (%s); regenerating", path, exc)
-    data = _generate_mnist1d()
+            log(WARNING, "ignoring unreadable %s cache %s (%s); rebuilding it", what, path, exc)
+    data = make()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npz", delete=False) as tmp:
-            np.savez(tmp, x=data["x"], y=data["y"], x_test=data["x_test"], y_test=data["y_test"])
+            arrays: dict[str, Any] = {k: data[k] for k in keys}
+            np.savez(tmp, **arrays)
         os.replace(tmp.name, path)
     except OSError as exc:
-        log(WARNING, "could not cache MNIST-1D under %s (%s); keeping it in memory", path, exc)
+        log(WARNING, "could not cache %s under %s (%s); keeping it in memory", what, path, exc)
     return data
+
+
+@lru_cache(maxsize=1)
+def _mnist1d_arrays() -> dict[str, np.ndarray[Any, Any]]:
+    path = _cache_dir() / "mnist1d-default-seed42.npz"
+    return _disk_cached(path, ("x", "y", "x_test", "y_test"), _generate_mnist1d, "MNIST-1D")
+
+
+def _load_digits() -> dict[str, np.ndarray[Any, Any]]:
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    return {"data": np.asarray(bunch.data), "target": np.asarray(bunch.target)}
+
+
+@lru_cache(maxsize=1)
+def _digits_arrays() -> dict[str, np.ndarray[Any, Any]]:
+    """scikit-learn's digits, cached on disk (a new process need not import scikit-learn)."""
+    from importlib.metadata import version
+
+    path = _cache_dir() / f"digits-sklearn{version('scikit-learn')}.npz"
+    return _disk_cached(path, ("data", "target"), _load_digits, "digits")
 
 
 @cache
 def _pool_and_test(name: str) -> tuple[Arrays, Arrays]:
     """Return ``((x_pool, y_pool), (x_test, y_test))`` as float32 / int64 arrays."""
     if name == "digits":
-        from sklearn.datasets import load_digits
-
-        bunch = load_digits()
-        x = (np.asarray(bunch.data, dtype=np.float32) / 16.0).astype(np.float32)
-        y = np.asarray(bunch.target, dtype=np.int64)
+        digits = _digits_arrays()
+        x = (np.asarray(digits["data"], dtype=np.float32) / 16.0).astype(np.float32)
+        y = np.asarray(digits["target"], dtype=np.int64)
         order = np.random.default_rng(_DIGITS_SPLIT_SEED).permutation(len(y))
         n_test = round(_DIGITS_TEST_FRACTION * len(y))
         test, pool = order[:n_test], order[n_test:]
@@ -152,14 +180,55 @@ def _min_partition_size(pool: int, num_partitions: int) -> int:
     return max(1, min(10, pool // (5 * num_partitions)))
 
 
+#: format of the cached partition files; bump it when the partitioning below changes
+_PARTITIONS_FORMAT = 1
+
+
+def _partitions_path(
+    name: str, num_partitions: int, partitioning: str, alpha: float, seed: int
+) -> Path:
+    from importlib.metadata import version
+
+    libs = f"fds{version('flwr-datasets')}-ds{version('datasets')}"
+    key = f"{name}-{num_partitions}-{partitioning}-a{alpha!r}-s{seed}-{libs}"
+    return _cache_dir() / f"partitions-v{_PARTITIONS_FORMAT}-{key}.npz"
+
+
+def _cached_partitions(
+    path: Path, num_partitions: int, pool: int
+) -> tuple[tuple[int, ...], ...] | None:
+    """Return the partitions cached at ``path`` if they are whole (else ``None``)."""
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            indices, offsets = np.asarray(npz["indices"]), np.asarray(npz["offsets"])
+    except (OSError, ValueError, KeyError):
+        return None
+    if len(offsets) != num_partitions + 1 or offsets[0] != 0 or offsets[-1] != len(indices):
+        return None
+    if len(indices) != pool or len(np.unique(indices)) != pool or indices.max(initial=0) >= pool:
+        return None
+    return tuple(
+        tuple(int(i) for i in indices[offsets[k] : offsets[k + 1]]) for k in range(num_partitions)
+    )
+
+
+def _cache_partitions(path: Path, parts: tuple[tuple[int, ...], ...]) -> None:
+    offsets = np.cumsum([0] + [len(p) for p in parts])
+    indices = np.fromiter((i for p in parts for i in p), dtype=np.int64)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npz", delete=False) as tmp:
+            np.savez(tmp, indices=indices, offsets=offsets)
+        os.replace(tmp.name, path)
+    except OSError as exc:
+        log(WARNING, "could not cache partitions under %s (%s); keeping them in memory", path, exc)
+
+
 @lru_cache(maxsize=32)
 def _partition_indices(
     name: str, num_partitions: int, partitioning: str, alpha: float, seed: int
 ) -> tuple[tuple[int, ...], ...]:
     """Return the pool indices of every partition (disjoint, covering the pool)."""
-    from datasets import Dataset
-    from flwr_datasets.partitioner import DirichletPartitioner, IidPartitioner
-
     (_, y), _ = _pool_and_test(name)
     if num_partitions > len(y):
         raise InputError(
@@ -167,6 +236,29 @@ def _partition_indices(
         )
     if partitioning == "client-dirichlet":
         return _client_dirichlet(np.asarray(y), num_partitions, alpha, seed)
+    path = _partitions_path(name, num_partitions, partitioning, alpha, seed)
+    cached = _cached_partitions(path, num_partitions, len(y))
+    if cached is not None:
+        return cached
+    parts = _flwr_datasets_partitions(
+        name, np.asarray(y), num_partitions, partitioning, alpha, seed
+    )
+    _cache_partitions(path, parts)
+    return parts
+
+
+def _flwr_datasets_partitions(
+    name: str,
+    y: np.ndarray[Any, Any],
+    num_partitions: int,
+    partitioning: str,
+    alpha: float,
+    seed: int,
+) -> tuple[tuple[int, ...], ...]:
+    """Partition the pool with flwr-datasets' IID or Dirichlet partitioner."""
+    from datasets import Dataset
+    from flwr_datasets.partitioner import DirichletPartitioner, IidPartitioner
+
     table = Dataset.from_dict({"idx": np.arange(len(y)), "label": y})
     partitioner: IidPartitioner | DirichletPartitioner
     if partitioning == "iid":

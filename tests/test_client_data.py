@@ -141,3 +141,53 @@ def test_to_tensor_dataset_flattens_and_scales_images() -> None:
     assert ds.tensors[1].tolist() == [3, 1]
     with pytest.raises(InputError, match="column 'label' not in the dataset; columns: img, y"):
         data.to_tensor_dataset(table, feature_key="img")
+
+
+@pytest.mark.parametrize(("name", "partitioning"), [("digits", "iid"), ("mnist1d", "dirichlet")])
+def test_partitions_are_cached_on_disk_and_a_bad_cache_is_recomputed(
+    name: str, partitioning: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLOWER_EDGE_CACHE", str(tmp_path))
+    data._partition_indices.cache_clear()
+    first = data._partition_indices(name, 8, partitioning, 0.5, 3)
+    (path,) = tmp_path.glob("partitions-*.npz")
+    from importlib.metadata import version
+
+    assert f"fds{version('flwr-datasets')}" in path.name  # an upgrade computes them again
+    data._partition_indices.cache_clear()
+    calls: list[int] = []
+    original = data._flwr_datasets_partitions
+    monkeypatch.setattr(
+        data, "_flwr_datasets_partitions", lambda *a: calls.append(1) or original(*a)
+    )
+    assert data._partition_indices(name, 8, partitioning, 0.5, 3) == first  # from the file
+    assert calls == []
+    path.write_bytes(b"not an npz")  # a broken file is ignored and rewritten
+    data._partition_indices.cache_clear()
+    assert data._partition_indices(name, 8, partitioning, 0.5, 3) == first
+    assert calls == [1]
+    np.savez(path, indices=np.arange(3), offsets=np.array([0, 3]))  # not the whole pool
+    data._partition_indices.cache_clear()
+    assert data._partition_indices(name, 8, partitioning, 0.5, 3) == first
+    assert calls == [1, 1]
+    data._partition_indices.cache_clear()
+
+
+def test_digits_are_cached_on_disk_as_scikit_learn_gives_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sklearn.datasets import load_digits
+
+    monkeypatch.setenv("FLOWER_EDGE_CACHE", str(tmp_path))
+    data._digits_arrays.cache_clear()
+    first = data._digits_arrays()
+    (path,) = tmp_path.glob("digits-sklearn*.npz")
+    data._digits_arrays.cache_clear()
+    monkeypatch.setattr(data, "_load_digits", lambda: pytest.fail("read from the cache"))
+    again = data._digits_arrays()
+    bunch = load_digits()
+    for arrays in (first, again):
+        np.testing.assert_array_equal(arrays["data"], bunch.data)
+        np.testing.assert_array_equal(arrays["target"], bunch.target)
+    assert path.stat().st_size > 0
+    data._digits_arrays.cache_clear()
