@@ -156,4 +156,11 @@ def test_serverapp_killed_after_round_r_resumes_from_checkpoint(tmp_path: Path) 
     assert rounds == list(range(1, 7))
     pairs = [(int(e["node"]), int(e["job"])) for e in audit]
     assert len(pairs) == len(set(pairs)), "an accepted update was counted twice"
-    assert len(pairs) == 6 * 3
+    # K + 1 = 3 updates per aggregation, fewer only where the nodes left out were past their
+    # soft deadline (after the kill a SuperNode may hold a reply of the killed run) and the
+    # strategy aggregated what it had instead of waiting (said in the log)
+    per_round = [sum(1 for e in audit if int(e["round"]) == rnd) for rnd in range(1, 7)]
+    assert all(1 <= n <= 3 for n in per_round), per_round
+    if any(n < 3 for n in per_round):
+        assert "fewer than the rule wants" in run.text() + log, per_round
+    assert [len(p) for p in result["participants"]] == per_round  # the Result agrees
