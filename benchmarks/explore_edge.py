@@ -110,10 +110,10 @@ def _remember_loop(self: Any, strategy: Any, *args: Any, **kwargs: Any) -> None:
         _track_ema(self.evaluation, strategy, [float(b) for b in betas])
 
 
-def _validation_fn(settings: SimSettings, n: int) -> Callable[[int, Any], Any]:
-    """Return an ``evaluate_fn`` on ``n`` training-pool samples (never the test set)."""
+def _pool_scorer(settings: SimSettings, n: int, offset: int) -> tuple[Any, list[str]]:
+    """Return ``(score, keys)``: ``score(state_dict)`` evaluates the scenario's model on ``n``
+    samples drawn (with seed ``offset + seed``) from the training pool, never the test set."""
     import torch
-    from flwr.app import MetricRecord
     from torch.utils.data import TensorDataset
 
     from clients.data import _pool_and_test
@@ -121,16 +121,28 @@ def _validation_fn(settings: SimSettings, n: int) -> Callable[[int, Any], Any]:
     from simulations.nodes import build_task
 
     (x, y), _ = _pool_and_test(settings.scenario.dataset)
-    rng = np.random.default_rng(20_000 + settings.seed)
+    rng = np.random.default_rng(offset + settings.seed)
     idx = rng.choice(len(y), size=min(len(y), n), replace=False)
     val = TensorDataset(torch.from_numpy(x[idx]), torch.from_numpy(y[idx]))
     model = build_task(settings).model_fn()
     loss_fn = torch.nn.CrossEntropyLoss()
 
-    def evaluate(rnd: int, arrays: Any) -> Any:
-        model.load_state_dict(arrays.to_torch_state_dict(), strict=True)
+    def score(state: Any) -> Any:
+        model.load_state_dict(state, strict=True)
         with torch.no_grad():
-            res = evaluate_model(model, loss_fn, val)
+            return evaluate_model(model, loss_fn, val)
+
+    return score, list(model.state_dict().keys())
+
+
+def _validation_fn(settings: SimSettings, n: int) -> Callable[[int, Any], Any]:
+    """Return an ``evaluate_fn`` on ``n`` training-pool samples (never the test set)."""
+    from flwr.app import MetricRecord
+
+    score, _ = _pool_scorer(settings, n, 20_000)
+
+    def evaluate(rnd: int, arrays: Any) -> Any:
+        res = score(arrays.to_torch_state_dict())
         return MetricRecord({"accuracy": res.accuracy, "loss": res.loss})
 
     return evaluate
@@ -250,28 +262,15 @@ def _by_versions(strategy: Any, scale: float) -> Any:
 def _line_search(s: Any, settings: SimSettings, spec: dict[str, Any]) -> None:
     """Wrap ``s.combine``: keep the step size with the lowest validation loss (``line_search``)."""
     import torch
-    from torch.utils.data import TensorDataset
 
-    from clients.data import _pool_and_test
-    from clients.task import evaluate_model
-    from simulations.nodes import build_task
-
-    (x, y), _ = _pool_and_test(settings.scenario.dataset)
-    rng = np.random.default_rng(10_000 + settings.seed)
-    idx = rng.choice(len(y), size=min(len(y), int(spec.get("val", 300))), replace=False)
-    val = TensorDataset(torch.from_numpy(x[idx]), torch.from_numpy(y[idx]))
-    model = build_task(settings).model_fn()
-    keys = list(model.state_dict().keys())
-    loss_fn = torch.nn.CrossEntropyLoss()
+    evaluate, keys = _pool_scorer(settings, int(spec.get("val", 300)), 10_000)
     etas = [float(e) for e in spec.get("etas", [0.5, 1.0, 1.5, 2.0, 3.0])]
     original = s.combine
     s.explore_etas = []
 
     def score(arrays: Sequence[Any]) -> float:
         state = {k: torch.from_numpy(np.array(a)) for k, a in zip(keys, arrays, strict=True)}
-        model.load_state_dict(state, strict=True)
-        with torch.no_grad():
-            return float(evaluate_model(model, loss_fn, val).loss)
+        return float(evaluate(state).loss)
 
     def combine(g: Any, updates: Any, version: int, bases: Any) -> Combined:
         c: Combined = original(g, updates, version, bases)

@@ -122,15 +122,19 @@ def _disk_cached(path: Path, keys: tuple[str, ...], make: Callable[[], Named], w
         except (OSError, ValueError, KeyError) as exc:
             log(WARNING, "ignoring unreadable %s cache %s (%s); rebuilding it", what, path, exc)
     data = make()
+    _save_npz(path, {k: data[k] for k in keys}, what)
+    return data
+
+
+def _save_npz(path: Path, arrays: dict[str, Any], what: str) -> None:
+    """Write ``arrays`` to ``path`` atomically; an unwritable folder is logged and skipped."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npz", delete=False) as tmp:
-            arrays: dict[str, Any] = {k: data[k] for k in keys}
             np.savez(tmp, **arrays)
         os.replace(tmp.name, path)
     except OSError as exc:
         log(WARNING, "could not cache %s under %s (%s); keeping it in memory", what, path, exc)
-    return data
 
 
 @lru_cache(maxsize=1)
@@ -215,13 +219,7 @@ def _cached_partitions(
 def _cache_partitions(path: Path, parts: tuple[tuple[int, ...], ...]) -> None:
     offsets = np.cumsum([0] + [len(p) for p in parts])
     indices = np.fromiter((i for p in parts for i in p), dtype=np.int64)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npz", delete=False) as tmp:
-            np.savez(tmp, indices=indices, offsets=offsets)
-        os.replace(tmp.name, path)
-    except OSError as exc:
-        log(WARNING, "could not cache partitions under %s (%s); keeping them in memory", path, exc)
+    _save_npz(path, {"indices": indices, "offsets": offsets}, "partitions")
 
 
 @lru_cache(maxsize=32)

@@ -51,9 +51,9 @@ def aggregate_evaluate_replies(replies: Iterable[Message]) -> MetricRecord | Non
             continue
         records = list(msg.content.metric_records.values())
         metrics = msg.content.metric_records.get(wire.METRICS, records[0] if records else None)
-        weight = _weight(None if metrics is None else metrics.get(wire.NUM_EXAMPLES))
+        got = None if metrics is None else metrics.get(wire.NUM_EXAMPLES)
+        weight = _weight(got)
         if weight is None:
-            got = None if metrics is None else metrics.get(wire.NUM_EXAMPLES)
             log(
                 WARNING,
                 "evaluate reply of node %s skipped: %s must be an integer > 0 (as train "
