@@ -47,6 +47,15 @@ strategy. A variant is ``label:JSON`` with any of these keys:
     drawn (per seed) from the training pool instead of the test set, which then serves
     only the reported accuracy (and the stop). Whether values read off the test set give
     the edge strategy an edge it would not have with a validation set of its own.
+``screen``
+    ``{"val": n, "mode": "worst" | "harmful"}`` (issue 10, session 8): the seed's
+    leave-one-out idea used before the step instead of after it. After the strategy's own
+    combine, the server also combines the buffer without each update in turn and scores
+    every candidate by its loss on ``n`` training-pool samples (never the test set).
+    ``worst`` keeps the best of the full step and the leave-one-out steps; ``harmful``
+    drops every update whose removal lowers the loss (at most all but one); ``"metric":
+    "accuracy"`` scores by accuracy instead (a tie keeps the full step). Works for edge and
+    FedBuff.
 ``strategy``, ``fedbuff_lr``
     Run another strategy of the scenario (e.g. ``"fedbuff"``) with these settings;
     ``threshold`` and ``k_schedule`` apply to FedBuff too (its rule: a buffer of K).
@@ -291,6 +300,54 @@ def _line_search(s: Any, settings: SimSettings, spec: dict[str, Any]) -> None:
     s.combine = combine
 
 
+def _screen(s: Any, settings: SimSettings, spec: dict[str, Any]) -> None:
+    """Wrap ``s.combine``: leave out the updates whose removal lowers the validation loss."""
+    import torch
+
+    evaluate, keys = _pool_scorer(settings, int(spec.get("val", 300)), 20_000)
+    mode = str(spec.get("mode", "worst"))
+    by_accuracy = spec.get("metric", "loss") == "accuracy"
+    original = s.combine
+    s.explore_dropped = []
+
+    def score(arrays: Sequence[Any]) -> float:
+        state = {k: torch.from_numpy(np.array(a)) for k, a in zip(keys, arrays, strict=True)}
+        result = evaluate(state)
+        return -float(result.accuracy) if by_accuracy else float(result.loss)
+
+    def combine(g: Any, updates: Any, version: int, bases: Any) -> Combined:
+        c: Combined = original(g, updates, version, bases)
+        if len(updates) < 2:
+            s.explore_dropped.append(0)
+            return c
+        full = score(c.arrays)
+        loo = []
+        for i in range(len(updates)):
+            rest = [u for j, u in enumerate(updates) if j != i]
+            cand = original(g, rest, version, bases)
+            loo.append((score(cand.arrays), i, cand))
+        if mode == "worst":
+            best = min(loo, key=lambda t: t[0])
+            if best[0] >= full:
+                s.explore_dropped.append(0)
+                return c
+            keep_arrays, dropped = best[2].arrays, {best[1]}
+        else:
+            dropped = {i for value, i, _ in loo if value < full}
+            if len(dropped) >= len(updates):
+                dropped = {min(loo, key=lambda t: t[0])[1]}
+            if not dropped:
+                s.explore_dropped.append(0)
+                return c
+            rest = [u for j, u in enumerate(updates) if j not in dropped]
+            keep_arrays = original(g, rest, version, bases).arrays
+        s.explore_dropped.append(len(dropped))
+        weights = tuple(0.0 if i in dropped else w for i, w in enumerate(c.weights))
+        return Combined(keep_arrays, weights, c.total)
+
+    s.combine = combine
+
+
 def k_at(version: int, k: int, schedule: dict[str, Any], reached: bool = False) -> int:
     """Return ``K_t`` of ``schedule`` at global ``version`` (never below 1 nor above ``k``).
 
@@ -406,6 +463,8 @@ def install(variant: dict[str, Any]) -> None:
             _adaptive_k(s, settings, variant["k_schedule"])
         if "line_search" in variant:
             _line_search(s, settings, variant["line_search"])
+        if "screen" in variant:
+            _screen(s, settings, variant["screen"])
         return s
 
     module.build_strategy = build
@@ -437,6 +496,9 @@ def main(argv: list[str] | None = None) -> int:
             etas = getattr(BUILT[-1], "explore_etas", None)
             if etas:
                 extra["etas"] = etas
+            dropped = getattr(BUILT[-1], "explore_dropped", None)
+            if dropped:
+                extra["dropped"] = sum(dropped)
             curves = getattr(BUILT[-1], "ema_curves", {})
             if curves:  # one accuracy per evaluated version: the initial model, then each round
                 times = [h.virtual_time for h in r.history]

@@ -56,6 +56,8 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "edge-no-values": {"post": {"valuation": "off"}},  # no leave-one-out, neutral values sent
     "edge-no-abandon": {"theta": math.inf},  # the abandon rule never fires
     "edge-no-stop": {"post": {"stop": "off"}},  # the round budget only
+    # the project's additions that use a seed mechanism (the leave-one-out values)
+    "edge-no-drop": {"post": {"drop_worst": False}},  # every update aggregated
     # earlier explorations
     "edge-uniform-shares": {"shares": "uniform"},
     "edge-abandon-theta-0.15": {"theta": 0.15},
@@ -100,7 +102,10 @@ def _post_build(post: dict[str, Any]) -> Any:
             if key == "rebalance":
                 strategy.shares = replace(strategy.shares, rebalance=value)
             elif key == "valuation":
-                strategy.valuation = replace(strategy.valuation, mode=value)
+                drop = strategy.valuation.drop_worst and value == "loo"
+                strategy.valuation = replace(strategy.valuation, mode=value, drop_worst=drop)
+            elif key == "drop_worst":
+                strategy.valuation = replace(strategy.valuation, drop_worst=value)
             elif key == "stop":
                 strategy.stop = StopConfig()
             else:
@@ -145,6 +150,7 @@ def _row(label: str, r: RunResult, extra: dict[str, Any] | None = None) -> dict[
         "iteration_makespan": r.extras.get("iteration_makespan"),
         "job_balance": r.extras.get("job_balance"),
         "samples_processed": r.extras.get("samples_processed"),
+        "dropped_updates": r.extras.get("dropped_updates"),
         "abandon": dict(getattr(r, "abandon", {}) or {}),
         "description": getattr(r, "description", ""),
         "load_average": os.getloadavg(),

@@ -67,6 +67,7 @@ _INFO: dict[str, tuple[int, int, str]] = {
 }
 _DIGITS_TEST_FRACTION = 0.2
 _DIGITS_SPLIT_SEED = 1234  # fixed: the centralized test set never depends on the run seed
+_VALIDATION_SEED = 20_000  # the server-held validation sample: rng(_VALIDATION_SEED + seed)
 _CACHE_ENV = "FLOWER_EDGE_CACHE"
 
 Arrays = tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]
@@ -417,6 +418,31 @@ def load_centralized_test(name: str, *, seed: int = 0) -> TensorDataset:
     del seed
     _, (x, y) = _pool_and_test(_check_name(name))
     return TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
+
+
+def load_server_validation(name: str, *, size: int, seed: int = 0) -> TensorDataset:
+    """Return a server-held validation set: ``size`` samples of the training pool.
+
+    The server's own small labelled sample (as FLTrust's root data set, Cao et al., NDSS
+    2021), drawn per ``seed`` from the pool the clients' partitions come from, never from
+    the held-out test set: it is what the ``edge`` preset values participants, drops updates
+    and stops on, so that the test set only scores the run.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`DATASETS`.
+    size : int
+        Samples (``>= 1``; at most the pool's size).
+    seed : int (default: 0)
+        Which samples.
+    """
+    (x, y), _ = _pool_and_test(_check_name(name))
+    size = validate.integer("size", size, low=1, high=len(y), error=InputError)
+    idx = np.sort(
+        np.random.default_rng(_VALIDATION_SEED + seed).choice(len(y), size, replace=False)
+    )
+    return TensorDataset(torch.from_numpy(x[idx]), torch.from_numpy(y[idx]))
 
 
 # ---------------------------------------------------------------- any flwr-datasets data set

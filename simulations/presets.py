@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EDGE_PRESETS",
+    "VALIDATION_METRIC",
     "NOT_METHOD_OPTIONS",
     "SEED_OPTIONS",
     "departures",
@@ -38,6 +39,10 @@ __all__ = [
 
 #: the strategy names that run :class:`~strategies.EdgeStrategy`
 EDGE_PRESETS: Final = ("edge", "edge-seed")
+
+#: the metric of the ``edge`` preset's server-held validation set that it values, drops
+#: updates and stops on (the test set's ``accuracy`` only scores the run)
+VALIDATION_METRIC: Final = "val-loss"
 
 #: the value of every method option of ``EdgeStrategy`` under which it is the seed's rule
 SEED_OPTIONS: Final[dict[str, Any]] = {
@@ -99,13 +104,20 @@ def edge_options(settings: SimSettings) -> dict[str, Any]:
     """
     if settings.strategy == "edge-seed":
         return dict(SEED_OPTIONS)
+    from strategies.config import ValuationConfig
+
     sc = settings.scenario
-    return {
+    options: dict[str, Any] = {
         "aggregate": sc.edge_aggregate if settings.aggregate is None else settings.aggregate,
         "server_lr": sc.edge_server_lr if settings.server_lr is None else settings.server_lr,
         "staleness_lr": sc.edge_staleness_lr,
         "average_passes": sc.edge_average_passes,
     }
+    if sc.edge_validation is not None:  # the server's validation set (simulations.server)
+        options["valuation"] = ValuationConfig(
+            metric_key=VALIDATION_METRIC, higher_is_better=False, drop_worst=sc.edge_drop_worst
+        )
+    return options
 
 
 def _departure(name: str, value: Any, seed: Any) -> str:
@@ -140,6 +152,17 @@ def departures(settings: SimSettings) -> list[str]:
         out.append("equal shares, no rebalancing (seed: match-ratio shares)")
     elif MAX_SHARE_OVER_MEAN * 1.0 / settings.scenario.num_clients < 1.0:
         out.append(f"shares capped at {MAX_SHARE_OVER_MEAN:g}x the mean (seed: uncapped)")
+    sc = settings.scenario
+    if sc.edge_validation is not None:
+        out.append(
+            f"values and the stop on the server's validation set ({sc.edge_validation} "
+            f"training samples, {VALIDATION_METRIC}; seed: the test set's accuracy)"
+        )
+        if sc.edge_drop_worst:
+            out.append(
+                "drop_worst: an aggregation leaves out its worst update when the validation "
+                "loss says it hurts (seed: every update aggregated)"
+            )
     if settings.shares != "uniform" and settings.scenario.edge_max_epochs is not None:
         out.append(
             f"shares capped at {settings.scenario.edge_max_epochs:g} epochs of each node's "

@@ -122,6 +122,14 @@ class Scenario:
     edge_average_passes : float, optional
         The ``edge`` preset's served model: the moving average of the global models over
         this many passes of the federation (``EdgeStrategy(average_passes=...)``; 1.0).
+    edge_validation : int, optional
+        The ``edge`` preset's server-held validation set: this many training-pool samples
+        (:func:`clients.data.load_server_validation`) on which it values participants, drops
+        updates and stops (``val-loss``); the test set only scores the run. ``None``: the
+        test set's accuracy, as the seed values (300).
+    edge_drop_worst : bool
+        The ``edge`` preset leaves out an aggregation's worst update when the validation
+        loss says it hurts (``ValuationConfig(drop_worst=True)``; needs ``edge_validation``).
     min_client_samples : int
         Fewest training samples a client may hold; more clients than the data allows is
         an input error.
@@ -152,6 +160,8 @@ class Scenario:
     edge_staleness_lr: bool = True
     edge_max_epochs: float | None = 2.5
     edge_average_passes: float | None = 1.0
+    edge_validation: int | None = 300
+    edge_drop_worst: bool = True
 
     def __post_init__(self) -> None:
         self.validate()
@@ -203,6 +213,12 @@ class Scenario:
             allow_none=True,
             error=InputError,
         )
+        validate.integer(
+            "edge_validation", self.edge_validation, low=1, allow_none=True, error=InputError
+        )
+        validate.boolean("edge_drop_worst", self.edge_drop_worst, error=InputError)
+        if self.edge_drop_worst and self.edge_validation is None:
+            raise InputError("edge_drop_worst needs edge_validation (never drop on the test set)")
         validate.number(
             "edge_max_epochs",
             self.edge_max_epochs,

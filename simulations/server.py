@@ -46,6 +46,14 @@ class _Evaluator:
         self.progress = progress
         self.rounds = settings.rounds
         self.points: dict[int, tuple[float, float]] = {}  # round -> (time, accuracy) (last call)
+        sc = settings.scenario
+        self.validation = None  # the edge preset's server-held validation set (VALIDATION_KEYS)
+        if settings.strategy == "edge" and sc.edge_validation is not None:
+            from clients.data import load_server_validation
+
+            self.validation = load_server_validation(
+                sc.dataset, size=sc.edge_validation, seed=settings.seed
+            )
 
     def initial_arrays(self) -> ArrayRecord:
         from flwr.app import ArrayRecord
@@ -61,10 +69,21 @@ class _Evaluator:
         self.model.load_state_dict(arrays.to_torch_state_dict(), strict=True)
         with torch.no_grad():
             res = evaluate_model(self.model, self.loss, self.test)
+            val = (
+                None
+                if self.validation is None
+                else evaluate_model(self.model, self.loss, self.validation)
+            )
         self.points.setdefault(server_round, (self.clock_now(), res.accuracy))
         if self.progress is not None:
             self.progress(server_round, self.rounds, res.accuracy, self.clock_now())
-        return MetricRecord({"accuracy": res.accuracy, "loss": res.loss})
+        metrics: dict[str, int | float | list[int] | list[float]] = {
+            "accuracy": res.accuracy,
+            "loss": res.loss,
+        }
+        if val is not None:
+            metrics.update({"val-accuracy": val.accuracy, "val-loss": val.loss})
+        return MetricRecord(metrics)
 
 
 ProgressFn = Callable[[int, int, float, float], None]
@@ -175,7 +194,7 @@ def run_server(grid: Grid, settings: SimSettings, progress: ProgressFn | None = 
         wall_seconds=wall,
         history=tuple(history),
         timeline=tuple(spans),
-        extras=_extras(recorder.ledger, history),
+        extras={**_extras(recorder.ledger, history), **_dropped(result)},
         description=describe(settings),
         abandon=_abandon(result),
     )
@@ -195,6 +214,13 @@ def _abandon(result: Any) -> dict[str, float]:
         "theta": "abandon-theta",
     }
     return {k: float(last[w]) for k, w in keys.items() if w in last}
+
+
+def _dropped(result: Any) -> dict[str, int]:
+    """Return how many aggregations left out their worst update (``drop_worst``), if any may."""
+    metrics = getattr(result, "train_metrics_clientapp", {}) or {}
+    counts = [int(m["dropped-updates"]) for m in metrics.values() if "dropped-updates" in m]
+    return {"dropped_updates": sum(counts)} if counts else {}
 
 
 def _history(strategy: Any, evaluator: _Evaluator, result: Any) -> list[HistoryPoint]:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from logging import INFO, WARNING
 from pathlib import Path
-from typing import TypedDict, TypeVar
+from typing import Final, TypedDict, TypeVar
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
@@ -71,6 +71,33 @@ class StrategyOptions(TypedDict, total=False):
 
 
 _C = TypeVar("_C")
+
+
+#: Flower FedAvg's constructor arguments that a semi-asynchronous strategy does not take, and
+#: what stands in for each (docs/dropin.md)
+FEDAVG_ONLY: Final[dict[str, str]] = {
+    "fraction_train": "every idle node trains; threshold K decides when to aggregate",
+    "min_train_nodes": "every idle node trains; threshold K decides when to aggregate",
+    "min_available_nodes": "loop=LoopConfig(min_nodes=...) sets the nodes to wait for",
+    "weighted_by_key": "updates are weighted by their share (num-examples for a plain "
+    "ClientApp) and their delay",
+    "arrayrecord_key": "messages use Flower's default keys 'arrays' and 'config'",
+    "configrecord_key": "messages use Flower's default keys 'arrays' and 'config'",
+    "train_metrics_aggr_fn": "train metrics are averaged by num-examples, as FedAvg's default",
+    "evaluate_metrics_aggr_fn": "evaluate metrics are averaged by num-examples, as FedAvg's "
+    "default",
+}
+
+
+def unknown_options(strategy: str, unknown: dict[str, object]) -> str:
+    """Return the TypeError message for keyword arguments ``strategy`` does not take."""
+    parts = [
+        f"{name} ({FEDAVG_ONLY[name]})" if name in FEDAVG_ONLY else name for name in sorted(unknown)
+    ]
+    return (
+        f"{strategy} got unexpected keyword argument(s): {'; '.join(parts)}. "
+        "See docs/dropin.md for which FedAvg arguments carry over."
+    )
 
 
 def _config(name: str, value: object, kind: type[_C]) -> _C:
@@ -148,7 +175,10 @@ class SemiAsyncStrategy(Strategy):
         resume: bool = False,
         fraction_evaluate: float = 0.0,
         min_evaluate_nodes: int = 2,
+        **unknown: object,
     ) -> None:
+        if unknown:
+            raise TypeError(unknown_options(type(self).__name__, unknown))
         validate.integer("threshold K", threshold, low=1)
         validate.boolean("resume", resume)
         self.fraction_evaluate = validate.probability("fraction_evaluate", fraction_evaluate)
@@ -161,6 +191,8 @@ class SemiAsyncStrategy(Strategy):
         self.shares = _config("shares", shares, ShareConfig)
         self.valuation = _config("valuation", valuation, ValuationConfig)
         self.stop = self.default_stop if stop is None else _config("stop", stop, StopConfig)
+        #: whether the user chose the metric settings (a missing metric is then an error)
+        self.valuation_given, self.stop_given = valuation is not None, stop is not None
         self.abandon = _config("abandon", abandon, AbandonConfig)
         if clock is not None and not isinstance(clock, Clock):
             raise ConfigError(f"clock must be a strategies Clock, got {type(clock).__name__}")

@@ -46,6 +46,8 @@ def checkpoint_options(
     ``[tool.flwr.app.config]`` defines it, else from the environment variable
     :data:`CHECKPOINT_DIR_ENV` of the ServerApp's process (no schema change needed: ``flwr
     run`` rejects run-config keys the schema lacks). Without either, ``{}``: no checkpoints.
+    An empty value counts as unset, so an app can declare the key with ``""`` (TOML has no
+    null) and turn checkpoints on per run with ``--run-config``.
     With a folder, ``resume`` defaults to on (a restarted ServerApp continues from the last
     checkpoint there, if any); :data:`RESUME_KEY` or :data:`RESUME_ENV` (``0``/``1``,
     ``false``/``true``) turns it off. Use::
@@ -55,14 +57,16 @@ def checkpoint_options(
     Raises
     ------
     ConfigError
-        An empty folder name or a resume switch that is not a boolean.
+        A folder that is not a string or a resume switch that is not a boolean.
     """
     env = os.environ if environ is None else environ
-    folder = run_config.get(CHECKPOINT_DIR_KEY, env.get(CHECKPOINT_DIR_ENV))
-    if folder is None:
+    folder = run_config.get(CHECKPOINT_DIR_KEY)
+    if folder is not None and not isinstance(folder, str):
+        raise ConfigError(f"{CHECKPOINT_DIR_KEY} must be a folder name, got {folder!r}")
+    if folder is None or not folder.strip():  # "" in the schema: the environment decides
+        folder = env.get(CHECKPOINT_DIR_ENV)
+    if folder is None or not folder.strip():
         return {}
-    if not isinstance(folder, str) or not folder.strip():
-        raise ConfigError(f"{CHECKPOINT_DIR_KEY} must be a non-empty folder name, got {folder!r}")
     resume: object = run_config.get(RESUME_KEY, env.get(RESUME_ENV, True))
     source = RESUME_KEY if RESUME_KEY in run_config else f"{RESUME_KEY} ({RESUME_ENV})"
     if isinstance(resume, str):

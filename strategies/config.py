@@ -300,6 +300,15 @@ class ValuationConfig:
         ``evaluate_many_fn(round, [arrays, ...]) -> [MetricRecord, ...]``: evaluates the K
         leave-one-out models in one call (``"loo"`` only), e.g. one pass over the test set
         with the models stacked, instead of K calls of ``evaluate_fn``.
+    drop_worst : bool (default: False)
+        Not in the seed: use the leave-one-out evaluations before the step as well as after
+        it. When the global model without one update scores better on ``metric_key`` than
+        the full aggregate, the server keeps the best such model as the new global version
+        (that update's weight is 0 in the history, and its value is 0 as the seed defines
+        it); the values are still those of the full aggregate. It costs no evaluation that
+        the values do not already make (``"loo"`` only). It selects on ``evaluate_fn``'s
+        metric: give it a validation metric (e.g. ``metric_key="val-loss"`` on a server-held
+        validation set), never the test set the run is reported on.
     """
 
     mode: ValuationMode = "loo"
@@ -307,6 +316,7 @@ class ValuationConfig:
     higher_is_better: bool = True
     gradient_fn: GradientFn | None = None
     evaluate_many_fn: EvaluateManyFn | None = None
+    drop_worst: bool = False
 
     def __post_init__(self) -> None:
         _choice("valuation mode", self.mode, VALUATION_MODES)
@@ -314,6 +324,11 @@ class ValuationConfig:
         validate.boolean("higher_is_better", self.higher_is_better)
         if self.mode == "first-order" and self.gradient_fn is None:
             raise ConfigError("valuation mode 'first-order' needs gradient_fn")
+        validate.boolean("drop_worst", self.drop_worst)
+        if self.drop_worst and self.mode != "loo":
+            raise ConfigError(
+                f"drop_worst needs the exact leave-one-out (mode 'loo'), got mode {self.mode!r}"
+            )
         for name in ("gradient_fn", "evaluate_many_fn"):
             fn = getattr(self, name)
             if fn is not None and not callable(fn):

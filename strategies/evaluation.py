@@ -98,7 +98,8 @@ class ServerEvaluation:
         if (needed or self.enabled) and key not in metrics:
             raise ConfigError(
                 f"evaluate_fn returned no metric {key!r} (valuation metric_key); it returned "
-                f"{sorted(metrics.keys())}"
+                f"{sorted(metrics.keys())}: return {key!r}, or set "
+                "ValuationConfig(metric_key=...) to one of them"
             )
 
     def metric(self, metrics: MetricRecord | None) -> float | None:
@@ -110,10 +111,50 @@ class ServerEvaluation:
             return None
         return float(value)
 
+    @property
+    def drops(self) -> bool:
+        """Whether aggregations may leave out their worst update (``drop_worst``)."""
+        return self.config.drop_worst and self.enabled and self.evaluate_fn is not None
+
+    def worst_update(
+        self, rnd: int, total: WeightedSum | None, metrics: MetricRecord | None
+    ) -> tuple[int | None, list[float] | None]:
+        """Return (the update to leave out, the leave-one-out metrics) for ``drop_worst``.
+
+        The update is the one whose removal improves the metric of the full aggregate
+        (``metrics``) the most, ``None`` when no removal improves it; the metrics are
+        ``None`` when they could not be computed (logged; the full aggregate stands).
+        """
+        full = self.metric(metrics)
+        if not self.drops or full is None or total is None or len(total.keys) < 2:
+            return None, None
+        try:
+            without = self.metrics_without(rnd, total)
+        except (InputError, FlowerEdgeError) as exc:
+            log(
+                WARNING,
+                "%s round %d: leave-one-out failed (%s): nothing dropped",
+                self.name,
+                rnd,
+                exc,
+            )
+            return None, None
+        sign = 1.0 if self.config.higher_is_better else -1.0
+        best = max(range(len(without)), key=lambda i: sign * without[i])
+        return (best if sign * without[best] > sign * full else None), without
+
     def valuate(
-        self, rnd: int, total: WeightedSum | None, count: int, metrics: MetricRecord | None
+        self,
+        rnd: int,
+        total: WeightedSum | None,
+        count: int,
+        metrics: MetricRecord | None,
+        without: list[float] | None = None,
     ) -> tuple[list[float], list[float]]:
-        """Return the contributions and values of the ``count`` updates summed in ``total``."""
+        """Return the contributions and values of the ``count`` updates summed in ``total``.
+
+        ``without``: the leave-one-out metrics when they are already known (``drop_worst``).
+        """
         equal = ([0.0] * count, [1.0 / count] * count)
         full = self.metric(metrics)
         cfg = self.config
@@ -126,7 +167,8 @@ class ServerEvaluation:
                 return contributions.tolist(), values_from_contributions(
                     contributions.tolist()
                 ).tolist()
-            without = self.metrics_without(rnd, total)
+            if without is None:
+                without = self.metrics_without(rnd, total)
             contrib, vals = leave_one_out_values(
                 full, without, higher_is_better=cfg.higher_is_better
             )
@@ -156,17 +198,27 @@ class ServerEvaluation:
         return without
 
 
-def evaluate_served(loop: EventLoop, rnd: int) -> tuple[MetricRecord | None, MetricRecord | None]:
-    """Return the metrics of the loop's served model and of its global model itself.
+def evaluate_served(
+    loop: EventLoop, rnd: int, full: MetricRecord | None = None, *, dropped: bool = False
+) -> tuple[MetricRecord | None, MetricRecord | None]:
+    """Return the metrics of the loop's served model and of the full aggregate.
 
-    Without a moving average (``average_passes``) they are one model, evaluated once; with
-    one, the average is updated with the new global model and becomes the served model, and
-    the global model is evaluated only when leave-one-out needs its metric.
+    Without a moving average (``average_passes``) the served model is the global model,
+    evaluated once; with one, the average is updated with the new global model and becomes
+    the served model, and the aggregate is evaluated only when leave-one-out needs its
+    metric. ``full``: the aggregate's metrics when already known (``drop_worst``);
+    ``dropped``: the global model is the aggregate without its worst update.
     """
     evaluation = loop.evaluation
     if loop.average is None:
-        metrics = evaluation.evaluate(rnd, loop.global_arrays)
-        return metrics, metrics
-    own = evaluation.evaluate(rnd, loop.global_arrays) if evaluation.enabled else None
+        metrics = (
+            full
+            if full is not None and not dropped
+            else evaluation.evaluate(rnd, loop.global_arrays)
+        )
+        return metrics, (metrics if full is None else full)
+    own = full
+    if own is None and evaluation.enabled:
+        own = evaluation.evaluate(rnd, loop.global_arrays)
     loop.served = loop.average.update(loop.global_arrays)
     return evaluation.evaluate(rnd, loop.served), own

@@ -42,7 +42,7 @@ from logging import INFO, WARNING
 from typing import TYPE_CHECKING
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
@@ -176,9 +176,7 @@ class EventLoop:
         if not resumed:
             metrics = self.evaluation.evaluate(0, self.global_arrays)
             if metrics is not None:
-                stop = self.strategy.stop
-                needed = stop.target is not None or bool(stop.patience)
-                self.evaluation.check_metric_key(metrics, needed=needed)  # before any send
+                self._check_metric_key(metrics)  # before any send
                 self.result.evaluate_metrics_serverapp[0] = metrics
             self.planner.begin(node_ids, self.nodes)
             self.abandon.refresh_from(self.nodes.values(), self.evaluation)
@@ -399,6 +397,34 @@ class EventLoop:
         if self.strategy.aggregation_due(len(self.buffer)):
             self.aggregate_now(when)
 
+    def _check_metric_key(self, metrics: MetricRecord) -> None:
+        """Check that ``evaluate_fn`` returns the metric the run values and stops on.
+
+        A missing key the user chose (``valuation`` or ``stop`` given) is a ConfigError; with
+        the defaults, an app whose ``evaluate_fn`` names its metrics otherwise still runs, on
+        equal values and without the convergence stop, and is told how to turn them on.
+        """
+        strategy, key = self.strategy, self.evaluation.config.metric_key
+        if key in metrics:
+            return
+        if strategy.valuation_given or strategy.stop_given:
+            stop = strategy.stop
+            needed = stop.target is not None or bool(stop.patience)
+            self.evaluation.check_metric_key(metrics, needed=needed)
+            return
+        if self.evaluation.enabled or strategy.stop.patience:
+            log(
+                WARNING,
+                "%s: evaluate_fn returns no %r metric (it returns %s): participants get equal "
+                "values and the convergence stop is off. Return %r, or pass "
+                "valuation=ValuationConfig(metric_key=...) naming one of its metrics",
+                self.name,
+                key,
+                sorted(metrics.keys()),
+                key,
+            )
+        self.evaluation.enabled = False
+
     # ================================================================== aggregation
     def aggregate_now(self, when: float) -> None:
         """Combine the buffer into a new global version; value, log, rebalance, checkpoint."""
@@ -411,28 +437,44 @@ class EventLoop:
         combined = self.strategy.combine(self.global_arrays, updates, self.version, bases)
         self.version += 1
         rnd = self.version
-        self.global_arrays = [np.asarray(a) for a in combined.arrays]
+        arrays, weights, full, without, dropped = (
+            combined.arrays,
+            list(combined.weights),
+            None,
+            None,
+            None,
+        )
+        if self.evaluation.drops and combined.total is not None:
+            full = self.evaluation.evaluate(rnd, arrays)
+            dropped, without = self.evaluation.worst_update(rnd, combined.total, full)
+            if dropped is not None:  # the aggregate without its worst update (drop_worst)
+                arrays = combined.total.mean_without(combined.total.keys[dropped])
+                weights[dropped] = 0.0
+        self.global_arrays = [np.asarray(a) for a in arrays]
         self.global_record = to_record(self.keys, self.global_arrays)
         self.versions[rnd] = self.global_arrays
         self._prune_versions()
-        metrics, own = evaluate_served(self, rnd)
-        contributions, values = self.evaluation.valuate(rnd, combined.total, len(updates), own)
+        metrics, own = evaluate_served(self, rnd, full, dropped=dropped is not None)
+        valued = self.evaluation.valuate(rnd, combined.total, len(updates), own, without)
         record = AggregationRecord.build(
-            rnd, when - self.start_time, updates, combined.weights, (contributions, values), metrics
+            rnd, when - self.start_time, updates, weights, valued, metrics
         )
+        values = valued[1]
         self.strategy.history.append(record)
         self.client_eval.start_round(rnd, self.nodes.values(), self.global_record, self.dispatcher)
         self.evaluation.record_values(record)
         self.abandon.refresh_from(self.nodes.values(), self.evaluation)
         metrics_out = train_metrics(record, updates, self.abandoned_total)
         metrics_out.update(self.abandon.metrics())
+        if self.evaluation.drops:
+            metrics_out["dropped-updates"] = int(dropped is not None)
         self.result.train_metrics_clientapp[rnd] = metrics_out
         if metrics is not None:
             self.result.evaluate_metrics_serverapp[rnd] = metrics
         metric = self.evaluation.metric(metrics)
         log(
             INFO,
-            "[%s round %d] t=%.3f participants=%s staleness=%s weights=%s values=%s metric=%s",
+            "[%s round %d] t=%.3f participants=%s staleness=%s weights=%s values=%s metric=%s%s",
             self.name,
             rnd,
             record.time,
@@ -441,6 +483,7 @@ class EventLoop:
             [round(w, 4) for w in record.weights],
             [round(v, 4) for v in values],
             metric,
+            "" if dropped is None else f" dropped=node {updates[dropped].node_id} (drop_worst)",
         )
         self.planner.rebalance(self.nodes.values())
         self.stopper.observe(metric)

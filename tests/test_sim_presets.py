@@ -72,9 +72,45 @@ def test_a_run_with_the_seed_aggregation_on_edge_names_the_other_departures() ->
         "average_passes=1: the served model is the moving average of the global models over 1 "
         "pass(es) of the federation (seed: the global model)",
         f"shares capped at {MAX_SHARE_OVER_MEAN:g}x the mean (seed: uncapped)",
+        "values and the stop on the server's validation set (300 training samples, val-loss; "
+        "seed: the test set's accuracy)",
+        "drop_worst: an aggregation leaves out its worst update when the validation loss says "
+        "it hurts (seed: every update aggregated)",
         f"shares capped at {s.scenario.edge_max_epochs:g} epochs of each node's own data "
         "(seed: uncapped)",
     ]
+
+
+def test_edge_values_drops_and_stops_on_a_validation_set_never_the_test_set() -> None:
+    """The edge preset steers on val-loss of training-pool samples; the test set only scores."""
+    from clients.data import load_centralized_test, load_server_validation
+    from simulations.server import _Evaluator, build_strategy
+    from strategies.clock import VirtualClock
+
+    s = SimSettings.create("digits-20", "edge", seed=3)
+    edge = build_strategy(s, VirtualClock())
+    assert edge.valuation.metric_key == "val-loss"
+    assert not edge.valuation.higher_is_better
+    assert edge.valuation.drop_worst
+    evaluator = _Evaluator(s, lambda: 0.0, None)
+    metrics = evaluator(0, evaluator.initial_arrays())
+    assert set(metrics) == {"accuracy", "loss", "val-accuracy", "val-loss"}
+    validation = load_server_validation("digits", size=300, seed=3)
+    test = load_centralized_test("digits")
+    seen = {tuple(x.tolist()) for x in test.tensors[0]}
+    assert not any(tuple(x.tolist()) in seen for x in validation.tensors[0])  # pool, not test
+    assert len(validation) == 300
+    other = load_server_validation("digits", size=300, seed=4)
+    assert not bool((other.tensors[1] == validation.tensors[1]).all())  # drawn per seed
+    # edge-seed and the baselines value on the test set, as the seed does, and never drop
+    for name in ("edge-seed", "fedbuff"):
+        built = build_strategy(SimSettings.create("digits-20", name), VirtualClock())
+        assert built.valuation.metric_key == "accuracy"
+        assert not built.valuation.drop_worst
+    no_validation = replace(SCENARIOS["digits-20"], edge_validation=None, edge_drop_worst=False)
+    plain = replace(SimSettings.create("digits-20", "edge"), scenario=no_validation)
+    assert build_strategy(plain, VirtualClock()).valuation.metric_key == "accuracy"
+    assert not any("validation" in c for c in departures(plain))
 
 
 def test_the_served_average_is_named_where_the_scenario_uses_it() -> None:
@@ -105,3 +141,18 @@ def test_built_strategies_follow_their_presets() -> None:
         assert strategy.loop.slice_budget > 0  # slices: busy nodes hear of newer globals
     for name, value in SEED_OPTIONS.items():
         assert getattr(seed, name) == value
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"edge_validation": None}, "edge_drop_worst needs edge_validation"),
+        ({"edge_validation": 0}, "edge_validation must be"),
+        ({"edge_drop_worst": "yes"}, "edge_drop_worst must be"),
+    ],
+)
+def test_scenario_validation_settings_are_checked(changes: dict[str, object], message: str) -> None:
+    from flower_edge.errors import InputError
+
+    with pytest.raises(InputError, match=message):
+        replace(SCENARIOS["digits-20"], **changes)  # type: ignore[arg-type]

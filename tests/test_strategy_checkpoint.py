@@ -237,8 +237,21 @@ def test_checkpoint_options_read_the_run_config_or_the_environment(tmp_path: Pat
         checkpoint_options(
             {}, {"FLOWER_EDGE_CHECKPOINT_DIR": folder, "FLOWER_EDGE_RESUME": "maybe"}
         )
-    with pytest.raises(ConfigError, match="flower-edge-checkpoint-dir must be a non-empty folder"):
-        checkpoint_options({"flower-edge-checkpoint-dir": " "}, {})
+    with pytest.raises(ConfigError, match="flower-edge-checkpoint-dir must be a folder name"):
+        checkpoint_options({"flower-edge-checkpoint-dir": 3}, {})
+    # declared empty in the app's schema: off, unless the environment names a folder
+    assert checkpoint_options({"flower-edge-checkpoint-dir": ""}, {}) == {}
+    assert checkpoint_options({"flower-edge-checkpoint-dir": " "}, {}) == {}
+    assert (
+        checkpoint_options({"flower-edge-checkpoint-dir": ""}, {"FLOWER_EDGE_CHECKPOINT_DIR": ""})
+        == {}
+    )
+    assert checkpoint_options(
+        {"flower-edge-checkpoint-dir": ""}, {"FLOWER_EDGE_CHECKPOINT_DIR": folder}
+    ) == {
+        "checkpoint_dir": folder,
+        "resume": True,
+    }
 
 
 def test_the_two_line_change_checkpoints_and_a_restart_resumes(tmp_path: Path) -> None:

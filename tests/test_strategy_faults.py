@@ -290,6 +290,36 @@ def test_missing_metric_key_raises_before_any_train_message() -> None:
     assert grid.pushed == []
 
 
+def test_default_settings_run_on_an_evaluate_fn_that_names_its_metrics_otherwise() -> None:
+    """A drop-in app whose evaluate_fn returns no 'accuracy' runs, told what is off and why."""
+
+    def centralized(rnd: int, arrays: ArrayRecord) -> MetricRecord:
+        m = accuracy_fn()(rnd, arrays)
+        return MetricRecord({"centralized_accuracy": m["accuracy"], "loss": m["loss"]})
+
+    strategy = EdgeStrategy(threshold=2, clock=virtual(), shares=EQUAL)
+    with flwr_logs() as caplog:
+        result = strategy.start(
+            InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=3, evaluate_fn=centralized
+        )
+    assert len(strategy.history) == 3
+    assert "returns no 'accuracy' metric (it returns ['centralized_accuracy', 'loss'])" in (
+        caplog.text
+    )
+    assert "ValuationConfig(metric_key=...)" in caplog.text
+    assert all(r.values == (1 / 3,) * 3 for r in strategy.history)  # equal values
+    assert set(result.evaluate_metrics_serverapp) == {0, 1, 2, 3}
+    # with the key named, the same app is valued
+    named = EdgeStrategy(
+        threshold=2,
+        clock=virtual(),
+        shares=EQUAL,
+        valuation=ValuationConfig(metric_key="centralized_accuracy"),
+    )
+    named.start(InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=3, evaluate_fn=centralized)
+    assert any(r.values != (1 / 3,) * 3 for r in named.history)
+
+
 def test_fedbuff_threshold_may_equal_the_number_of_nodes_but_not_exceed_it() -> None:
     grid = InProcessGrid(ToyEdge(), 4)
     FedBuff(threshold=4, clock=virtual(), shares=EQUAL).start(grid, model(0.0), num_rounds=1)

@@ -1,0 +1,110 @@
+"""``ValuationConfig(drop_worst=True)``: an aggregation leaves out its worst update.
+
+Checked against a brute-force reference: every leave-one-out mean of the first aggregation,
+scored with the same ``evaluate_fn``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import EQUAL, ToyEdge, accuracy_fn, as_numpy, flwr_logs, model, virtual
+
+from flower_edge.errors import ConfigError
+from strategies import EdgeStrategy, ValuationConfig
+from strategies.inprocess import InProcessGrid
+
+
+def _first_aggregation(drop_worst: bool, goal: float) -> tuple[EdgeStrategy, ToyEdge, object]:
+    toy = ToyEdge()
+    strategy = EdgeStrategy(
+        threshold=2,
+        clock=virtual(),
+        shares=EQUAL,
+        decay="constant",
+        valuation=ValuationConfig(drop_worst=drop_worst),
+    )
+    result = strategy.start(
+        InProcessGrid(toy, 4), model(0.0), num_rounds=1, evaluate_fn=accuracy_fn(goal)
+    )
+    return strategy, toy, result
+
+
+def _reference(toy: ToyEdge, strategy: EdgeStrategy, goal: float) -> tuple[np.ndarray, int | None]:
+    """Brute force: the equal-weight mean, and the best leave-one-out mean if it scores higher."""
+    record = strategy.history[0]
+    models = [
+        toy.returned[(n, j)][0].astype(np.float64)
+        for n, j in zip(record.participants, record.job_ids, strict=True)
+    ]
+
+    def score(w: np.ndarray) -> float:
+        return 1.0 / (1.0 + abs(float(w.astype(np.float32).mean()) - goal))
+
+    full = np.mean(models, axis=0)
+    without = [np.mean(models[:i] + models[i + 1 :], axis=0) for i in range(len(models))]
+    best = max(range(len(models)), key=lambda i: score(without[i]))
+    if score(without[best]) > score(full):
+        return without[best], best
+    return full, None
+
+
+def test_the_worst_update_is_left_out_as_brute_force_says() -> None:
+    goal = 1.0  # the fastest node (partition 3, target 4) pulls the mean past it
+    strategy, toy, result = _first_aggregation(True, goal)
+    expected, dropped = _reference(toy, strategy, goal)
+    assert dropped is not None
+    record = strategy.history[0]
+    assert toy.returned  # the updates the reference reads
+    np.testing.assert_allclose(as_numpy(result.arrays)[0], expected.astype(np.float32), rtol=1e-6)  # type: ignore[attr-defined]
+    assert record.weights[dropped] == 0.0
+    assert sum(record.weights) == pytest.approx(1.0)
+    assert result.train_metrics_clientapp[1]["dropped-updates"] == 1  # type: ignore[attr-defined]
+    # the values are the seed's, those of the full aggregate: the same as without dropping
+    plain, _, _ = _first_aggregation(False, goal)
+    assert record.values == pytest.approx(plain.history[0].values)
+    assert record.values[dropped] == 0.0  # its removal helps: a negative contribution
+
+
+def test_nothing_is_dropped_when_every_update_helps() -> None:
+    goal = 1.5  # the mean of the three updates (2.0, 1.5, 1.0): any removal moves away
+    strategy, toy, result = _first_aggregation(True, goal)
+    expected, dropped = _reference(toy, strategy, goal)
+    assert dropped is None
+    np.testing.assert_allclose(as_numpy(result.arrays)[0], expected.astype(np.float32), rtol=1e-6)  # type: ignore[attr-defined]
+    assert result.train_metrics_clientapp[1]["dropped-updates"] == 0  # type: ignore[attr-defined]
+    assert 0.0 not in strategy.history[0].weights
+
+
+def test_the_round_log_names_the_dropped_node() -> None:
+    with flwr_logs() as caplog:
+        strategy, _, _ = _first_aggregation(True, 1.0)
+    record = strategy.history[0]
+    node = record.participants[record.weights.index(0.0)]
+    assert f"dropped=node {node} (drop_worst)" in caplog.text
+
+
+def test_a_loss_metric_drops_the_update_that_raises_it() -> None:
+    toy = ToyEdge()
+    strategy = EdgeStrategy(
+        threshold=2,
+        clock=virtual(),
+        shares=EQUAL,
+        decay="constant",
+        valuation=ValuationConfig(metric_key="loss", higher_is_better=False, drop_worst=True),
+    )
+    strategy.start(InProcessGrid(toy, 4), model(0.0), num_rounds=1, evaluate_fn=accuracy_fn(1.0))
+    by_accuracy, _, _ = _first_aggregation(True, 1.0)
+    assert strategy.history[0].weights == by_accuracy.history[0].weights  # same order, same pick
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"mode": "off", "drop_worst": True}, "drop_worst needs the exact leave-one-out"),
+        ({"drop_worst": 1}, "drop_worst must be"),
+    ],
+)
+def test_bad_settings_are_refused(options: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        ValuationConfig(**options)  # type: ignore[arg-type]
