@@ -92,10 +92,12 @@ FEDAVG_ONLY: Final[dict[str, str]] = {
 def unknown_options(strategy: str, unknown: dict[str, object]) -> str:
     """Return the TypeError message for keyword arguments ``strategy`` does not take."""
     parts = [
-        f"{name} ({FEDAVG_ONLY[name]})" if name in FEDAVG_ONLY else name for name in sorted(unknown)
+        f"an unexpected keyword argument {name!r}"
+        + (f" ({FEDAVG_ONLY[name]})" if name in FEDAVG_ONLY else "")
+        for name in sorted(unknown)
     ]
     return (
-        f"{strategy} got unexpected keyword argument(s): {'; '.join(parts)}. "
+        f"{strategy} got {'; '.join(parts)}. "
         "See docs/dropin.md for which FedAvg arguments carry over."
     )
 

@@ -141,3 +141,17 @@ def test_values_read_the_metric_key_so_a_validation_metric_can_steer_training() 
     on_validation = values_of("val_accuracy")
     assert sum(on_validation) == pytest.approx(1.0)
     assert max(on_validation) - min(on_validation) > 1e-3
+
+
+def test_fedavg_only_arguments_are_refused_saying_what_stands_in() -> None:
+    from strategies import FedBuff
+
+    with pytest.raises(
+        TypeError,
+        match=r"EdgeStrategy got an unexpected keyword argument 'fraction_train' \(every idle "
+        r"node trains; threshold K decides when to aggregate\); an unexpected keyword argument "
+        r"'min_available_nodes' \(loop=LoopConfig\(min_nodes=\.\.\.\)",
+    ):
+        EdgeStrategy(threshold=2, fraction_train=0.5, min_available_nodes=4)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"FedBuff got an unexpected keyword argument 'colour'\."):
+        FedBuff(threshold=2, colour="red")  # type: ignore[call-arg]
