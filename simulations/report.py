@@ -238,6 +238,7 @@ def summary_table(results: Sequence[RunResult]) -> str:
             f"scenario {r0.scenario}, {r0.clients} clients, target accuracy "
             f"{r0.target_accuracy:.2f}; times in virtual seconds"
         )
+        lines.extend(_resized(r0.scenario, r0.clients))
     fired = [r for r in results if r.abandon.get("offers")]
     for r in fired:
         a = r.abandon
@@ -255,3 +256,19 @@ def write_json(results: Sequence[RunResult], path: Path, *, as_list: bool) -> Pa
     """Write :func:`results_to_json` to ``path`` and return it."""
     path.write_text(results_to_json(results, as_list=as_list) + "\n", encoding="utf-8")
     return path
+
+
+def _resized(name: str, clients: int) -> list[str]:
+    """Say how a scenario run on fewer clients than designed was rescaled (or nothing)."""
+    from simulations.scenarios import SCENARIOS, resolve_scenario
+
+    base = SCENARIOS.get(name)
+    if base is None or clients >= base.num_clients:
+        return []
+    sc = resolve_scenario(name, clients=clients)
+    return [
+        f"resized from {base.num_clients} to {clients} clients: local learning rate "
+        f"{sc.learning_rate:g} (was {base.learning_rate:g}) and slices of {sc.slice_budget:g} s "
+        f"(was {base.slice_budget:g} s), so that a job's larger partition does not make "
+        "local SGD diverge"
+    ]

@@ -347,7 +347,12 @@ def resolve_scenario(
     name : str
         A key of :data:`SCENARIOS`.
     clients : int, optional
-        Number of clients instead of the scenario's.
+        Number of clients instead of the scenario's. Fewer clients hold larger partitions,
+        so a job of ``local_epochs`` takes ``num_clients / clients`` times the SGD steps:
+        the local learning rate is scaled by ``clients / num_clients`` (a job's steps times
+        its learning rate stay the designed size's; without it momentum SGD at the designed
+        rate drifts away on a partition ten times larger, e.g. digits on 2 clients) and the
+        slice budget by ``num_clients / clients`` (as many slices per job).
     heterogeneity : float, optional
         Fastest over slowest device compute speed instead of the scenario's (>= 1).
     threshold : int, optional
@@ -370,6 +375,10 @@ def resolve_scenario(
         changes["num_clients"] = clients
         if threshold is None and clients > 1 and base.threshold >= clients:
             changes["threshold"] = max(1, clients // 4)
+        if isinstance(clients, int) and 0 < clients < base.num_clients:
+            ratio = clients / base.num_clients
+            changes["learning_rate"] = base.learning_rate * ratio
+            changes["slice_budget"] = base.slice_budget / ratio
     if heterogeneity is not None:
         changes["heterogeneity"] = heterogeneity
     if threshold is not None:
