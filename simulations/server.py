@@ -46,6 +46,10 @@ class _Evaluator:
         self.progress = progress
         self.rounds = settings.rounds
         self.points: dict[int, tuple[float, float]] = {}  # round -> (time, accuracy) (last call)
+        #: the semi-asynchronous strategies' history: progress reports the served model of
+        #: each aggregation from it (a round also evaluates leave-one-out and unserved models)
+        self.records: list[Any] | None = None
+        self.reported = 0
         sc = settings.scenario
         self.validation = None  # the edge preset's server-held validation set (VALIDATION_KEYS)
         if settings.strategy == "edge" and sc.edge_validation is not None:
@@ -54,6 +58,14 @@ class _Evaluator:
             self.validation = load_server_validation(
                 sc.dataset, size=sc.edge_validation, seed=settings.seed
             )
+
+    def report_records(self) -> None:
+        """Report the progress of every aggregation recorded since the last report."""
+        for rec in (self.records or [])[self.reported :]:
+            if self.progress is not None:
+                acc = float(rec.metrics.get("accuracy", math.nan))
+                self.progress(rec.round, self.rounds, acc, rec.time)
+            self.reported += 1
 
     def initial_arrays(self) -> ArrayRecord:
         from flwr.app import ArrayRecord
@@ -75,7 +87,9 @@ class _Evaluator:
                 else evaluate_model(self.model, self.loss, self.validation)
             )
         self.points.setdefault(server_round, (self.clock_now(), res.accuracy))
-        if self.progress is not None:
+        if self.records is not None:
+            self.report_records()
+        elif self.progress is not None:
             self.progress(server_round, self.rounds, res.accuracy, self.clock_now())
         metrics: dict[str, int | float | list[int] | list[float]] = {
             "accuracy": res.accuracy,
@@ -163,6 +177,8 @@ def run_server(grid: Grid, settings: SimSettings, progress: ProgressFn | None = 
     strategy = build_strategy(settings, clock)
     initial = evaluator.initial_arrays()
     evaluator(0, initial)
+    if not hasattr(strategy, "round_seconds"):  # FedAvg has no aggregation records
+        evaluator.records = getattr(strategy, "history", None)
     result = strategy.start(
         grid=recorder,
         initial_arrays=initial,
@@ -170,6 +186,7 @@ def run_server(grid: Grid, settings: SimSettings, progress: ProgressFn | None = 
         timeout=MESSAGE_TIMEOUT,
         evaluate_fn=evaluator,
     )
+    evaluator.report_records()  # the last aggregation
     wall = time.perf_counter() - t0
     history = _history(strategy, evaluator, result)
     spans = _timeline(recorder.ledger, settings)

@@ -156,3 +156,18 @@ def test_scenario_validation_settings_are_checked(changes: dict[str, object], me
 
     with pytest.raises(InputError, match=message):
         replace(SCENARIOS["digits-20"], **changes)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("strategy", ["edge", "fedavg"])
+def test_progress_reports_the_served_accuracy_of_each_round(strategy: str) -> None:
+    """The progress bar shows what the history records, not a leave-one-out evaluation."""
+    from simulations.runner import run_experiment
+
+    seen: list[tuple[int, float, float]] = []
+    s = SimSettings.create("digits-20", strategy, rounds=6 if strategy == "edge" else 2)
+    r = run_experiment(
+        s, engine="inprocess", progress=lambda rnd, _n, acc, t: seen.append((rnd, acc, t))
+    )
+    history = [(h.round, h.accuracy, h.virtual_time) for h in r.history[1:]]
+    assert [x[:2] for x in seen if x[0] > 0] == [x[:2] for x in history]
+    assert [x[2] for x in seen if x[0] > 0] == pytest.approx([x[2] for x in history])
