@@ -326,6 +326,14 @@ def build_plan(
     ratios = match_ratios(
         ev, compute_share, order_invariant=order_invariant, drop_empty_axes=drop_empty_axes
     )
+    if total > 0 and not np.any(np.asarray(ratios) > 0):
+        hint = "" if drop_empty_axes else "; pass --drop-empty-axes to rate them on the others"
+        raise InputError(
+            "every node's match ratio is 0, so none can take samples: on the four-axis "
+            "radar a node rated on no two neighbouring axes (cpu-gpu, gpu-memory, "
+            "memory-disk, disk-cpu; e.g. cpu alone, or cpu and memory) has no area"
+            f"{hint}, or rate every node's cpu, gpu, memory and disk"
+        )
     models, active = _time_models(ids, ratios, observations or {}, seconds_per_sample)
     caps: list[int | None] = [c if a else 0 for c, a in zip(capacities, active, strict=True)]
     try:

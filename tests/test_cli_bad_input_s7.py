@@ -170,3 +170,19 @@ def test_a_capped_share_is_info_and_an_absurd_claim_a_warning() -> None:
     capped = [r for r in logs.records if "share capped" in r.getMessage()]
     assert [r.levelno for r in capped] == [logging.INFO, logging.WARNING]
     assert SUSPECT_OVER_CAP == 2.0
+
+
+def test_plan_names_the_radar_when_no_node_has_a_match_ratio(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """CPU-only ratings give every node a zero four-axis radar area: say so, not --total."""
+    nodes = {
+        "nodes": [
+            {"id": n, "resources": {"cpu": c, "gpu": 0.0, "memory": m, "disk": 0.0}}
+            for n, c, m in (("a", 1.0, 0.0), ("b", 2.0, 3.0))
+        ]
+    }
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps(nodes), encoding="utf-8")
+    fails(plan_argv(str(path)), capsys, "every node's match ratio is 0", "--drop-empty-axes")
+    assert main(plan_argv(str(path), "--drop-empty-axes")) == 0
