@@ -361,6 +361,13 @@ class StopConfig:
         the metric of one aggregation swings by several points from one aggregation to the
         next: a single lucky high is not a best to beat (docs/benchmarks/simulations.md).
         ``target`` is always checked on the raw metric.
+    metric_key : str, optional
+        The ``evaluate_fn`` metric to stop on, when it is not the valuation's
+        (``ValuationConfig.metric_key``), e.g. a target on the reported ``accuracy`` while the
+        values and ``drop_worst`` read a validation loss.
+    higher_is_better : bool, optional
+        The direction of ``metric_key`` (default: the valuation's when ``metric_key`` is
+        unset, else ``True``).
     """
 
     target: float | None = None
@@ -368,8 +375,14 @@ class StopConfig:
     min_delta: float = 0.0
     patience_passes: float | None = None
     window_passes: float | None = None
+    metric_key: str | None = None
+    higher_is_better: bool | None = None
 
     def __post_init__(self) -> None:
+        if self.metric_key is not None:
+            validate.text("metric_key", self.metric_key)
+        if self.higher_is_better is not None:
+            validate.boolean("higher_is_better", self.higher_is_better)
         validate.number("target", self.target, allow_none=True)
         validate.integer("patience", self.patience, low=1, allow_none=True)
         _positive("min_delta", self.min_delta, allow_zero=True)
@@ -387,6 +400,16 @@ class StopConfig:
             low_inclusive=False,
             allow_none=True,
         )
+
+    def key_and_direction(self, valuation: ValuationConfig) -> tuple[str, bool]:
+        """Return the metric the stop reads and whether higher is better."""
+        if self.metric_key is None:
+            direction = valuation.higher_is_better
+            return (
+                valuation.metric_key,
+                direction if self.higher_is_better is None else self.higher_is_better,
+            )
+        return self.metric_key, True if self.higher_is_better is None else self.higher_is_better
 
     def effective_patience(self, nodes: int, per_aggregation: int) -> int | None:
         """Return the plateau patience for ``nodes`` nodes and ``per_aggregation`` updates.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from logging import WARNING
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, MetricRecord
@@ -26,12 +26,19 @@ from flower_edge.valuation import (
     values_from_contributions,
 )
 from strategies.config import ValuationConfig
-from strategies.records import AggregationRecord
+from strategies.records import AggregationRecord, Combined
 
 if TYPE_CHECKING:
     from strategies.loop import EventLoop
 
-__all__ = ["EvaluateFn", "ServerEvaluation", "evaluate_served", "to_record"]
+__all__ = [
+    "EvaluateFn",
+    "ServerEvaluation",
+    "Step",
+    "check_metric_keys",
+    "evaluate_served",
+    "to_record",
+]
 
 EvaluateFn = Callable[[int, ArrayRecord], MetricRecord | None]
 
@@ -102,11 +109,11 @@ class ServerEvaluation:
                 "ValuationConfig(metric_key=...) to one of them"
             )
 
-    def metric(self, metrics: MetricRecord | None) -> float | None:
-        """Return the value of the metric key in ``metrics``, if it is a number."""
+    def metric(self, metrics: MetricRecord | None, key: str | None = None) -> float | None:
+        """Return the value of ``key`` (the metric key) in ``metrics``, if it is a number."""
         if metrics is None:
             return None
-        value = metrics.get(self.config.metric_key)
+        value = metrics.get(self.config.metric_key if key is None else key)
         if isinstance(value, bool) or not isinstance(value, int | float):
             return None
         return float(value)
@@ -222,3 +229,62 @@ def evaluate_served(
         own = evaluation.evaluate(rnd, loop.global_arrays)
     loop.served = loop.average.update(loop.global_arrays)
     return evaluation.evaluate(rnd, loop.served), own
+
+
+class Step(NamedTuple):
+    """The new global model of an aggregation (:meth:`of`), as ``drop_worst`` chose it."""
+
+    arrays: list[NDArray]
+    weights: list[float]
+    full: MetricRecord | None  # the full aggregate's metrics, when evaluated here
+    without: list[float] | None  # the leave-one-out metrics, when computed here
+    dropped: int | None  # the update left out
+
+    @classmethod
+    def of(cls, evaluation: ServerEvaluation, combined: Combined, rnd: int) -> Step:
+        """Return the full aggregate, or the aggregate without its worst update."""
+        step = cls(list(combined.arrays), list(combined.weights), None, None, None)
+        total = combined.total
+        if not evaluation.drops or total is None:
+            return step
+        full = evaluation.evaluate(rnd, step.arrays)
+        dropped, without = evaluation.worst_update(rnd, total, full)
+        if dropped is None:
+            return step._replace(full=full, without=without)
+        weights = list(step.weights)
+        weights[dropped] = 0.0
+        return cls(total.mean_without(total.keys[dropped]), weights, full, without, dropped)
+
+
+def check_metric_keys(loop: EventLoop, metrics: MetricRecord) -> None:
+    """Check that ``evaluate_fn`` returns the metrics the run values and stops on.
+
+    A missing key the user chose (``valuation`` or ``stop`` given) is a ConfigError; with
+    the defaults, an app whose ``evaluate_fn`` names its metrics otherwise still runs, on
+    equal values and without the convergence stop, and is told how to turn them on.
+    """
+    strategy, evaluation = loop.strategy, loop.evaluation
+    key, stop = evaluation.config.metric_key, strategy.stop
+    if stop.metric_key is not None and stop.metric_key not in metrics:
+        raise ConfigError(
+            f"evaluate_fn returned no metric {stop.metric_key!r} (StopConfig metric_key); "
+            f"it returned {sorted(metrics.keys())}"
+        )
+    if key in metrics:
+        return
+    if strategy.valuation_given or strategy.stop_given:
+        needed = stop.metric_key is None and (stop.target is not None or bool(stop.patience))
+        evaluation.check_metric_key(metrics, needed=needed)
+        return
+    if evaluation.enabled or stop.patience:
+        log(
+            WARNING,
+            "%s: evaluate_fn returns no %r metric (it returns %s): participants get equal "
+            "values and the convergence stop is off. Return %r, or pass "
+            "valuation=ValuationConfig(metric_key=...) naming one of its metrics",
+            loop.name,
+            key,
+            sorted(metrics.keys()),
+            key,
+        )
+    evaluation.enabled = False

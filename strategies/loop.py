@@ -42,7 +42,7 @@ from logging import INFO, WARNING
 from typing import TYPE_CHECKING
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, Message
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
@@ -54,7 +54,14 @@ from strategies.checkpoint import open_store
 from strategies.client_eval import ClientEvaluation
 from strategies.convergence import ConvergenceStop
 from strategies.dispatch import Dispatcher
-from strategies.evaluation import EvaluateFn, ServerEvaluation, evaluate_served, to_record
+from strategies.evaluation import (
+    EvaluateFn,
+    ServerEvaluation,
+    Step,
+    check_metric_keys,
+    evaluate_served,
+    to_record,
+)
 from strategies.events import REPLY, DeadlineEvent, EventQueue, ReplyEvent, Sent
 from strategies.intake import accept_finished, screen_buffer, train_metrics
 from strategies.liveness import expire, on_deadline, unblock, wait
@@ -128,9 +135,11 @@ class EventLoop:
             enabled=strategy.values_enabled(),
             name=self.name,
         )
+        #: the metric the convergence stop reads (StopConfig.metric_key, or the valuation's)
+        self.stop_key, stop_direction = strategy.stop.key_and_direction(strategy.valuation)
         self.stopper = ConvergenceStop(
             strategy.stop,
-            higher_is_better=strategy.valuation.higher_is_better,
+            higher_is_better=stop_direction,
             num_rounds=num_rounds,
             time_budget=strategy.loop.time_budget,
         )
@@ -176,7 +185,7 @@ class EventLoop:
         if not resumed:
             metrics = self.evaluation.evaluate(0, self.global_arrays)
             if metrics is not None:
-                self._check_metric_key(metrics)  # before any send
+                check_metric_keys(self, metrics)  # before any send
                 self.result.evaluate_metrics_serverapp[0] = metrics
             self.planner.begin(node_ids, self.nodes)
             self.abandon.refresh_from(self.nodes.values(), self.evaluation)
@@ -397,34 +406,6 @@ class EventLoop:
         if self.strategy.aggregation_due(len(self.buffer)):
             self.aggregate_now(when)
 
-    def _check_metric_key(self, metrics: MetricRecord) -> None:
-        """Check that ``evaluate_fn`` returns the metric the run values and stops on.
-
-        A missing key the user chose (``valuation`` or ``stop`` given) is a ConfigError; with
-        the defaults, an app whose ``evaluate_fn`` names its metrics otherwise still runs, on
-        equal values and without the convergence stop, and is told how to turn them on.
-        """
-        strategy, key = self.strategy, self.evaluation.config.metric_key
-        if key in metrics:
-            return
-        if strategy.valuation_given or strategy.stop_given:
-            stop = strategy.stop
-            needed = stop.target is not None or bool(stop.patience)
-            self.evaluation.check_metric_key(metrics, needed=needed)
-            return
-        if self.evaluation.enabled or strategy.stop.patience:
-            log(
-                WARNING,
-                "%s: evaluate_fn returns no %r metric (it returns %s): participants get equal "
-                "values and the convergence stop is off. Return %r, or pass "
-                "valuation=ValuationConfig(metric_key=...) naming one of its metrics",
-                self.name,
-                key,
-                sorted(metrics.keys()),
-                key,
-            )
-        self.evaluation.enabled = False
-
     # ================================================================== aggregation
     def aggregate_now(self, when: float) -> None:
         """Combine the buffer into a new global version; value, log, rebalance, checkpoint."""
@@ -437,19 +418,8 @@ class EventLoop:
         combined = self.strategy.combine(self.global_arrays, updates, self.version, bases)
         self.version += 1
         rnd = self.version
-        arrays, weights, full, without, dropped = (
-            combined.arrays,
-            list(combined.weights),
-            None,
-            None,
-            None,
-        )
-        if self.evaluation.drops and combined.total is not None:
-            full = self.evaluation.evaluate(rnd, arrays)
-            dropped, without = self.evaluation.worst_update(rnd, combined.total, full)
-            if dropped is not None:  # the aggregate without its worst update (drop_worst)
-                arrays = combined.total.mean_without(combined.total.keys[dropped])
-                weights[dropped] = 0.0
+        step = Step.of(self.evaluation, combined, rnd)  # drop_worst may leave one update out
+        arrays, weights, full, without, dropped = step
         self.global_arrays = [np.asarray(a) for a in arrays]
         self.global_record = to_record(self.keys, self.global_arrays)
         self.versions[rnd] = self.global_arrays
@@ -486,7 +456,7 @@ class EventLoop:
             "" if dropped is None else f" dropped=node {updates[dropped].node_id} (drop_worst)",
         )
         self.planner.rebalance(self.nodes.values())
-        self.stopper.observe(metric)
+        self.stopper.observe(self.evaluation.metric(metrics, self.stop_key))
         save_checkpoint(self, record)
 
     def note_abandon(self, node: Node, job: Job, reply: TrainReply, base: int) -> None:

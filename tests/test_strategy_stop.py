@@ -294,3 +294,26 @@ def test_a_failing_valuation_falls_back_to_equal_values() -> None:
         )
     assert strategy.history[0].values == pytest.approx((1 / 3, 1 / 3, 1 / 3))
     assert "evaluate_many_fn returned 0 results for 3 models" in caplog.text
+
+
+def test_the_stop_may_read_another_metric_than_the_values() -> None:
+    """Values (and drop_worst) on a loss, the target on the reported accuracy."""
+    strategy = _edge(
+        valuation=ValuationConfig(metric_key="loss", higher_is_better=False, drop_worst=True),
+        stop=StopConfig(target=0.5, metric_key="accuracy"),
+    )
+    strategy.start(
+        InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=50, evaluate_fn=accuracy_fn()
+    )
+    accuracies = [h.metrics["accuracy"] for h in strategy.history]
+    assert accuracies[-1] >= 0.5
+    assert all(a < 0.5 for a in accuracies[:-1])
+    assert len(strategy.history) < 50
+
+
+def test_a_stop_metric_that_evaluate_fn_lacks_is_an_error_before_any_message() -> None:
+    grid = InProcessGrid(ToyEdge(), 4)
+    strategy = _edge(stop=StopConfig(target=0.5, metric_key="f1"))
+    with pytest.raises(ConfigError, match=r"no metric 'f1' \(StopConfig metric_key\)"):
+        strategy.start(grid, model(0.0), num_rounds=5, evaluate_fn=accuracy_fn())
+    assert grid.pushed == []

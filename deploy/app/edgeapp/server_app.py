@@ -10,9 +10,12 @@ by default; ``"edge-seed"``, the seeds exactly: :meth:`strategies.EdgeStrategy.p
 Every seed mechanism is on: ``p_c`` of the radar chart comes from the operator analysis of the
 served MLP (0.40), slices give busy nodes preemption points, the abandon rule's theta is
 derived from the live scores unless ``theta`` >= 0 is in the run config, and the run stops on a
-plateau (``patience``) or at ``target-accuracy``. With ``"edge"`` the reported accuracy and the
-final model are those of the served model, the moving average of the global models over one
-pass of the federation (``average_passes``); the nodes train from the global model itself.
+plateau (``patience``) or at ``target-accuracy`` (both on the test accuracy). With ``"edge"`` the
+reported accuracy and the final model are those of the served model, the moving average of the
+global models over one pass of the federation (``average_passes``); the nodes train from the
+global model itself; and the server values participants and drops an aggregation's worst
+update (``drop_worst``) on its own validation set, :data:`VALIDATION_SAMPLES` training-pool
+samples (``val-loss``), never on the test set it reports.
 """
 
 from __future__ import annotations
@@ -26,11 +29,11 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 from torch import nn
 
-from clients.data import load_centralized_test
+from clients.data import load_centralized_test, load_server_validation
 from clients.task import evaluate_model
 from flower_edge.errors import ConfigError
 from flower_edge.models import MLP
-from strategies import EdgeStrategy, LoopConfig, ShareConfig
+from strategies import EdgeStrategy, LoopConfig, ShareConfig, ValuationConfig
 from strategies.config import (
     DEFAULT_PATIENCE_PASSES,
     DEFAULT_WINDOW_PASSES,
@@ -43,6 +46,9 @@ app = ServerApp()
 
 #: shape of one training batch of the served model (``input_shape`` of its operator analysis)
 BATCH_SHAPE = (32, 64)
+
+#: the server's validation set of the ``edge`` preset (values and drop_worst read its loss)
+VALIDATION_SAMPLES = 300
 
 #: printed once with the run's figures as JSON (tests and scripts grep for it)
 RESULT_TAG = "FLOWER-EDGE-RESULT"
@@ -72,8 +78,18 @@ def build_strategy(context: Context) -> EdgeStrategy:
         raise ConfigError(
             f"run config 'preset' must be one of {', '.join(PRESETS)}, got {preset!r}"
         )
+    steering = (  # the seed values on the test metric; edge on a validation set of its own
+        {
+            "valuation": ValuationConfig(
+                metric_key="val-loss", higher_is_better=False, drop_worst=True
+            )
+        }
+        if preset == "edge"
+        else {}
+    )
     return EdgeStrategy.preset(
         "edge" if preset == "edge" else "edge-seed",
+        **steering,  # type: ignore[arg-type]
         threshold=int(_number(context, "threshold")),
         decay=str(cfg["decay"]),
         decay_a=_number(context, "decay-a"),
@@ -92,6 +108,7 @@ def build_strategy(context: Context) -> EdgeStrategy:
             input_shape=BATCH_SHAPE,
         ),
         stop=StopConfig(  # the library's plateau rule (windowed over a pass), or the target
+            metric_key="accuracy",
             patience=patience if patience > 0 else None,
             target=target if target > 0 else None,
             window_passes=DEFAULT_WINDOW_PASSES if patience > 0 else None,
@@ -110,12 +127,22 @@ def main(grid: Grid, context: Context) -> None:
     strategy = build_strategy(context)
     model = MLP(in_features=64)
     test = load_centralized_test("digits")
+    seed = int(_number(context, "seed"))
+    validation = load_server_validation("digits", size=VALIDATION_SAMPLES, seed=seed)
     loss_fn = nn.CrossEntropyLoss()
 
     def evaluate(rnd: int, arrays: ArrayRecord) -> MetricRecord:
         model.load_state_dict(arrays.to_torch_state_dict())
         res = evaluate_model(model, loss_fn, test)
-        return MetricRecord({"accuracy": res.accuracy, "loss": res.loss})
+        val = evaluate_model(model, loss_fn, validation)
+        return MetricRecord(
+            {
+                "accuracy": res.accuracy,
+                "loss": res.loss,
+                "val-accuracy": val.accuracy,
+                "val-loss": val.loss,
+            }
+        )
 
     result = strategy.start(
         grid,
