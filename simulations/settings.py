@@ -255,7 +255,7 @@ class SimSettings:
         )
         hetero, budget = real(HETEROGENEITY), real(SLICE_BUDGET)
         strategy = text(STRATEGY)
-        if strategy == "all":
+        if strategy == "all" or strategy not in STRATEGIES:
             raise ConfigError(
                 _one_strategy(f"run config {STRATEGY!r}", strategy, "a run config selects")
             )

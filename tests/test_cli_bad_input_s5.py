@@ -188,6 +188,9 @@ def test_run_config_strategy_all() -> None:
     assert "flower-edge simulate --strategy all" in str(e.value)
     with pytest.raises(ConfigError, match=r"^strategy must name one strategy"):
         SimSettings.create("digits-20", "all")
+    with pytest.raises(ConfigError, match=r"^run config 'strategy' must name one strategy") as e:
+        SimSettings.from_run_config({"strategy": "fedprox"})  # unknown: 'all' is not offered
+    assert "(edge, edge-seed, fedavg, fedbuff, fedasync), got 'fedprox'" in str(e.value)
 
 
 # ---------------------------------------------------------------- simulate
