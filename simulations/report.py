@@ -10,6 +10,8 @@ JSON contract of ``flower-edge simulate --json`` (one object per run; a list for
      "description": str,
      "abandon": {"offers": int, "abandoned": int, "samples_wasted": int,
                  "samples_saved": int, "theta": float | null},
+     "dropped_updates": int | null (aggregations that left out their worst update;
+                                    null where the strategy never drops),
      "history": [{"virtual_time": float, "round": int, "accuracy": float,
                   "participants": int, "mean_staleness": float}]}
 
@@ -190,6 +192,7 @@ class RunResult:
                 "samples_saved": int(self.abandon.get("samples_saved", 0)),
                 "theta": self.abandon.get("theta"),
             },
+            "dropped_updates": self.extras.get("dropped_updates"),
             "history": [h.to_dict() for h in self.history],
         }
 
@@ -247,6 +250,13 @@ def summary_table(results: Sequence[RunResult]) -> str:
             f"{int(a.get('offers', 0))} preemption points; samples wasted "
             f"{int(a.get('samples_wasted', 0))}, saved {int(a.get('samples_saved', 0))}"
         )
+    for r in results:
+        dropped = r.extras.get("dropped_updates")
+        if dropped is not None:
+            lines.append(
+                f"{r.strategy}: left out its worst update in {int(dropped)} of {r.rounds} "
+                "aggregations (drop_worst, on the server's validation set)"
+            )
     described = {r.strategy: r.description for r in results if r.description}
     lines.extend(described.values())
     return "\n".join(lines)

@@ -171,3 +171,13 @@ def test_progress_reports_the_served_accuracy_of_each_round(strategy: str) -> No
     history = [(h.round, h.accuracy, h.virtual_time) for h in r.history[1:]]
     assert [x[:2] for x in seen if x[0] > 0] == [x[:2] for x in history]
     assert [x[2] for x in seen if x[0] > 0] == pytest.approx([x[2] for x in history])
+    if strategy == "edge":  # drop_worst is on in the preset, and reported
+        from simulations.report import summary_table
+
+        dropped = r.to_dict()["dropped_updates"]
+        assert isinstance(dropped, int) and 1 <= dropped <= 6
+        assert f"edge: left out its worst update in {dropped} of 6 aggregations" in summary_table(
+            [r]
+        )
+    else:
+        assert r.to_dict()["dropped_updates"] is None

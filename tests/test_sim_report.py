@@ -30,6 +30,7 @@ CONTRACT_KEYS = {
     "wall_seconds",
     "description",
     "abandon",
+    "dropped_updates",
     "history",
 }
 HISTORY_KEYS = {"virtual_time", "round", "accuracy", "participants", "mean_staleness"}
