@@ -76,12 +76,26 @@ def _inner_app(s: SimSettings) -> tuple[ClientApp, dict[str, Any]]:
     return _INNER_APPS[s]
 
 
+def _single_threaded() -> None:
+    """Train on one torch thread, whatever CPUs the engine gives the worker.
+
+    Float results depend on the thread count, and a seed's history must not depend on the
+    engine's client resources: ``flower-edge simulate`` gives each worker one CPU, ``flwr run``
+    takes them from the connection's ``client-resources`` (docs/simulations.md).
+    """
+    import torch
+
+    if torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
+
+
 def _dispatch(settings: SimSettings | None, msg: Message, ctx: Context) -> Message:
     from flwr.app import Context, Message, MetricRecord, RecordDict
 
     from simulations.recorder import PARTITION_MESSAGE_TYPE
 
     s = settings if settings is not None else _settings_from_context(ctx)
+    _single_threaded()
     app, defaults = _inner_app(s)
     pid = partition_id(ctx, s.scenario)
     if msg.metadata.message_type == PARTITION_MESSAGE_TYPE:

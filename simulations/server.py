@@ -162,6 +162,21 @@ def run_server(grid: Grid, settings: SimSettings, progress: ProgressFn | None = 
         ``progress(round, rounds, accuracy, virtual_time)`` after each evaluation.
     """
     import torch
+
+    # Single-threaded torch, as in flower-edge simulate and the engine's workers: float
+    # results depend on the thread count, and the validation loss that the edge preset values
+    # and drops on would tell apart a `flwr run .` from the same seed's CLI run.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _run_server(grid, settings, progress)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_server(grid: Grid, settings: SimSettings, progress: ProgressFn | None) -> RunResult:
+    """Run one simulation's server side (see :func:`run_server`)."""
+    import torch
     from flwr.common.logger import log
 
     from simulations.recorder import RecordingGrid

@@ -181,3 +181,18 @@ def test_progress_reports_the_served_accuracy_of_each_round(strategy: str) -> No
         )
     else:
         assert r.to_dict()["dropped_updates"] is None
+
+
+def test_the_simulation_client_trains_on_one_thread_whatever_the_engine_gives() -> None:
+    """`flwr run .` may give a worker several CPUs; a seed's history must not change."""
+    import torch
+
+    from simulations.client import _single_threaded
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        _single_threaded()
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
