@@ -25,7 +25,10 @@ def _one_thread() -> None:
     ("config", "match"),
     [
         ({"scenario": "nope"}, "unknown scenario 'nope'; valid scenarios: digits-20"),
-        ({"strategy": "fedprox"}, "valid strategies: edge, edge-seed, fedavg, fedbuff, fedasync"),
+        (
+            {"strategy": "fedprox"},
+            r"must name one strategy \(edge, edge-seed, fedavg, fedbuff, fedasync\), got .fedprox.",
+        ),
         ({"num-server-rounds": -1}, "'num-server-rounds' must be an integer >= 0"),
         ({"threshold": 25}, r"threshold K must be >= 1 and < clients \(20\)"),
         ({"clients": 500}, r"clients must be <= 179"),

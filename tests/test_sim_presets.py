@@ -175,7 +175,8 @@ def test_progress_reports_the_served_accuracy_of_each_round(strategy: str) -> No
         from simulations.report import summary_table
 
         dropped = r.to_dict()["dropped_updates"]
-        assert isinstance(dropped, int) and 1 <= dropped <= 6
+        assert isinstance(dropped, int)
+        assert 1 <= dropped <= 6
         assert f"edge: left out its worst update in {dropped} of 6 aggregations" in summary_table(
             [r]
         )
