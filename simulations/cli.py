@@ -414,13 +414,13 @@ def _run(
 ) -> int:
     """Run every strategy of ``runs``; write the outputs to ``out`` and print the results."""
     from simulations.report import results_to_json, summary_table
-    from simulations.runner import run_experiment
+    from simulations.runner import run_experiment, shared_ray_session
 
     progress = _Progress(sys.stderr, len(runs))
     as_list = args.strategy == "all" or len(runs) > 1
     results: list[RunResult] = []
     guard = _stdout_to_stderr() if args.json else contextlib.nullcontext()
-    with guard:
+    with guard, shared_ray_session(args.engine, len(runs)):
         for s in runs:
             progress.start(f"{s.scenario.name}/{s.strategy}")
             results.append(

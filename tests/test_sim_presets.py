@@ -197,3 +197,18 @@ def test_the_simulation_client_trains_on_one_thread_whatever_the_engine_gives() 
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_several_ray_runs_share_one_ray_session() -> None:
+    """Flower's Ray backend shuts Ray down after each run; the CLI's runs defer it to the end."""
+    import ray
+
+    from simulations.runner import shared_ray_session
+
+    real = ray.shutdown
+    with shared_ray_session("ray", 5):
+        assert ray.shutdown is not real
+        ray.shutdown()  # what Flower's backend calls at the end of each run: deferred
+    assert ray.shutdown is real
+    with shared_ray_session("ray", 1), shared_ray_session("inprocess", 5):
+        assert ray.shutdown is real  # one run, or no Ray: nothing to share
