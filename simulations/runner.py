@@ -92,21 +92,13 @@ def run_experiment(
     validate.choice("engine", engine, ENGINES)
     validate.number("client_num_cpus", client_num_cpus, low=0.0, low_inclusive=False)
     validate.integer("cpus", cpus, low=1, allow_none=True)
-    import torch
-
     _quiet_flower(verbose)
     t0 = time.perf_counter()
-    # Torch runs single-threaded here as in the engine's workers (Ray gives each one CPU):
-    # float results depend on the thread count, and training amplifies the difference.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        if engine == "inprocess":
-            result = _run_inprocess(settings, progress)
-        else:
-            result = _run_ray(settings, cpus, client_num_cpus, ray_init_args, progress)
-    finally:
-        torch.set_num_threads(threads)
+    # single-threaded torch: simulations.server.run_server and the simulation ClientApp
+    if engine == "inprocess":
+        result = _run_inprocess(settings, progress)
+    else:
+        result = _run_ray(settings, cpus, client_num_cpus, ray_init_args, progress)
     wall = time.perf_counter() - t0
     return _with_wall(result, wall)
 

@@ -13,7 +13,7 @@ from logging import INFO
 from typing import TYPE_CHECKING, Any, Literal
 
 from simulations.nodes import build_task, compute_share, devices_for, samples_per_round
-from simulations.presets import describe
+from simulations.presets import VALIDATION_METRIC, describe
 from simulations.report import HistoryPoint, RunResult, TimelineSpan
 from simulations.settings import MAX_SHARE_OVER_MEAN, MESSAGE_TIMEOUT, SimSettings
 
@@ -51,7 +51,7 @@ class _Evaluator:
         self.records: list[Any] | None = None
         self.reported = 0
         sc = settings.scenario
-        self.validation = None  # the edge preset's server-held validation set (VALIDATION_KEYS)
+        self.validation = None  # the edge preset's server-held validation set (val-* metrics)
         if settings.strategy == "edge" and sc.edge_validation is not None:
             from clients.data import load_server_validation
 
@@ -96,7 +96,7 @@ class _Evaluator:
             "loss": res.loss,
         }
         if val is not None:
-            metrics.update({"val-accuracy": val.accuracy, "val-loss": val.loss})
+            metrics.update({"val-accuracy": val.accuracy, VALIDATION_METRIC: val.loss})
         return MetricRecord(metrics)
 
 

@@ -404,12 +404,10 @@ class StopConfig:
     def key_and_direction(self, valuation: ValuationConfig) -> tuple[str, bool]:
         """Return the metric the stop reads and whether higher is better."""
         if self.metric_key is None:
-            direction = valuation.higher_is_better
-            return (
-                valuation.metric_key,
-                direction if self.higher_is_better is None else self.higher_is_better,
-            )
-        return self.metric_key, True if self.higher_is_better is None else self.higher_is_better
+            key, default = valuation.metric_key, valuation.higher_is_better
+        else:
+            key, default = self.metric_key, True
+        return key, default if self.higher_is_better is None else self.higher_is_better
 
     def effective_patience(self, nodes: int, per_aggregation: int) -> int | None:
         """Return the plateau patience for ``nodes`` nodes and ``per_aggregation`` updates.

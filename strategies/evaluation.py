@@ -133,7 +133,7 @@ class ServerEvaluation:
         ``None`` when they could not be computed (logged; the full aggregate stands).
         """
         full = self.metric(metrics)
-        if not self.drops or full is None or total is None or len(total.keys) < 2:
+        if full is None or total is None or len(total.keys) < 2:
             return None, None
         try:
             without = self.metrics_without(rnd, total)

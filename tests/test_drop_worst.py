@@ -15,14 +15,17 @@ from strategies import EdgeStrategy, ValuationConfig
 from strategies.inprocess import InProcessGrid
 
 
-def _first_aggregation(drop_worst: bool, goal: float) -> tuple[EdgeStrategy, ToyEdge, object]:
+def _first_aggregation(
+    drop_worst: bool, goal: float, valuation: ValuationConfig | None = None
+) -> tuple[EdgeStrategy, ToyEdge, object]:
+    """Run one aggregation of 3 updates (2.0, 1.5, 1.0) valued on ``accuracy_fn(goal)``."""
     toy = ToyEdge()
     strategy = EdgeStrategy(
         threshold=2,
         clock=virtual(),
         shares=EQUAL,
         decay="constant",
-        valuation=ValuationConfig(drop_worst=drop_worst),
+        valuation=valuation or ValuationConfig(drop_worst=drop_worst),
     )
     result = strategy.start(
         InProcessGrid(toy, 4), model(0.0), num_rounds=1, evaluate_fn=accuracy_fn(goal)
@@ -85,15 +88,8 @@ def test_the_round_log_names_the_dropped_node() -> None:
 
 
 def test_a_loss_metric_drops_the_update_that_raises_it() -> None:
-    toy = ToyEdge()
-    strategy = EdgeStrategy(
-        threshold=2,
-        clock=virtual(),
-        shares=EQUAL,
-        decay="constant",
-        valuation=ValuationConfig(metric_key="loss", higher_is_better=False, drop_worst=True),
-    )
-    strategy.start(InProcessGrid(toy, 4), model(0.0), num_rounds=1, evaluate_fn=accuracy_fn(1.0))
+    by_loss = ValuationConfig(metric_key="loss", higher_is_better=False, drop_worst=True)
+    strategy, _, _ = _first_aggregation(True, 1.0, by_loss)
     by_accuracy, _, _ = _first_aggregation(True, 1.0)
     assert strategy.history[0].weights == by_accuracy.history[0].weights  # same order, same pick
 
