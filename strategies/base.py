@@ -98,7 +98,8 @@ def unknown_options(strategy: str, unknown: dict[str, object]) -> str:
     ]
     return (
         f"{strategy} got {'; '.join(parts)}. "
-        "See docs/dropin.md for which FedAvg arguments carry over."
+        "See the drop-in guide (docs/dropin.md in the flower-edge repository) for which "
+        "FedAvg arguments carry over."
     )
 
 

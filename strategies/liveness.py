@@ -14,12 +14,15 @@ Functions over a :class:`~strategies.loop.EventLoop`:
   buffered updates are aggregated as they are (fewer than the strategy's rule wants, but no
   more can come in time: e.g. the other nodes' replies were rejected and they wait for a
   newer global model), so that accepted updates are not lost and the run goes on. A stall
-  with an empty buffer ends the run.
+  with an empty buffer gives every node whose last reply was rejected (a client error, a
+  malformed update) a new job on the same global model, at most :data:`MAX_RETRIES` times in
+  a row per node, as FedAvg asks every node again in its next round after failures; past
+  that, the run ends with an ERROR that names the rejections.
 """
 
 from __future__ import annotations
 
-from logging import INFO, WARNING
+from logging import ERROR, INFO, WARNING
 from typing import TYPE_CHECKING
 
 from flwr.common.logger import log
@@ -30,7 +33,20 @@ from strategies.membership import Node
 if TYPE_CHECKING:
     from strategies.loop import EventLoop
 
-__all__ = ["expire", "forgotten", "on_deadline", "only_late_out", "stalled", "unblock", "wait"]
+__all__ = [
+    "MAX_RETRIES",
+    "expire",
+    "forgotten",
+    "on_deadline",
+    "only_late_out",
+    "stalled",
+    "unblock",
+    "wait",
+]
+
+#: jobs a node whose replies are rejected is given again on the same global model, in a row,
+#: when nothing else can move the run (a stall with an empty buffer)
+MAX_RETRIES = 3
 
 
 def expire(loop: EventLoop) -> None:
@@ -84,6 +100,8 @@ def unblock(loop: EventLoop) -> bool:
     cannot go on.
     """
     stuck = stalled(loop)
+    if stuck and not loop.buffer:
+        return retry_rejected(loop)
     if not loop.buffer or not (stuck or only_late_out(loop)):
         return not stuck
     log(
@@ -97,6 +115,46 @@ def unblock(loop: EventLoop) -> bool:
     loop.aggregate_now(loop.clock.now())
     loop.start_idle_jobs()
     return True
+
+
+def retry_rejected(loop: EventLoop) -> bool:
+    """Give the nodes whose last reply was rejected a new job on the current global model.
+
+    Called at a stall with an empty buffer: no update can arrive, so no new version can free
+    the nodes that wait for one. Each node is retried at most :data:`MAX_RETRIES` times in a
+    row (an accepted update resets the count). Returns whether a job went out; when none can,
+    logs an ERROR naming the rejections (the run then ends as stalled).
+    """
+    waiting = [n for n in loop.nodes.values() if not n.gone and n.outstanding is None]
+    rejected = [n for n in waiting if n.rejected is not None]
+    chosen = [n for n in rejected if n.retries < MAX_RETRIES]
+    if not chosen:
+        if rejected:
+            reasons = "; ".join(f"node {n.node_id}: {n.rejected}" for n in rejected[:5])
+            log(
+                ERROR,
+                "%s: no update can arrive: the last reply of every waiting node was rejected, "
+                "%d time(s) in a row (%s)",
+                loop.name,
+                MAX_RETRIES + 1,
+                reasons,
+            )
+        return False
+    for node in chosen:
+        node.retries += 1
+        node.last_base = loop.version - 1  # ready again for the current version
+    log(
+        WARNING,
+        "%s: no update can arrive on global version %d (the replies were rejected): asking "
+        "node(s) %s again on the same model (retry %d of %d)",
+        loop.name,
+        loop.version,
+        ", ".join(str(n.node_id) for n in chosen),
+        max(n.retries for n in chosen),
+        MAX_RETRIES,
+    )
+    loop.start_idle_jobs()
+    return bool(loop.inflight)
 
 
 def wait(loop: EventLoop) -> None:

@@ -194,7 +194,8 @@ class EventLoop:
         ):
             # killed while checkpointing the aggregation these updates triggered: redo it
             self.aggregate_now(max(u.received_at for u in self.buffer))
-        self.start_idle_jobs()
+        if not self._finished():  # num_rounds = 0, or a resume at the round budget: no jobs
+            self.start_idle_jobs()
         while not self._finished():
             if not self._pump():
                 if not unblock(self):
@@ -317,6 +318,7 @@ class EventLoop:
         self.record_event(node.node_id, job_id, "rejected", self.version, detail=reason)
         node.job = None
         node.last_base = self.version
+        node.rejected = reason
 
     def record_rejection(self, node_id: int, job_id: int, reason: str) -> None:
         """Log and record a rejected update of a node that is busy with another job."""
@@ -400,6 +402,7 @@ class EventLoop:
         node.job = None
         node.last_base = update.base_version
         node.late = False
+        node.rejected, node.retries = None, 0
         save_buffered_update(self, update)  # before the aggregation it may trigger
         if self.strategy.aggregation_due(len(self.buffer)):
             screen_buffer(self)  # absurd num-examples of unmodified apps, first updates too

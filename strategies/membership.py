@@ -102,6 +102,11 @@ class Node:
         Recent ``(share, seconds)`` pairs of whole jobs, for its time model.
     profile_pending : bool
         Its next (first) train message asks for its profile, or that request is unanswered.
+    rejected : str or None
+        Why its last reply was rejected (``None`` once an update of it is accepted).
+    retries : int
+        Jobs it was given again on the same global version after a stall
+        (:func:`strategies.liveness.unblock`), reset when an update of it is accepted.
     """
 
     node_id: int
@@ -117,6 +122,8 @@ class Node:
     misses: int = 0
     observations: list[tuple[float, float]] = field(default_factory=list)
     profile_pending: bool = False
+    rejected: str | None = None
+    retries: int = 0
 
     def ready(self, version: int) -> bool:
         """Return whether the node may get a new job for global ``version``."""

@@ -181,7 +181,13 @@ class SharePlanner:
                 node.node_id,
             )
         else:
-            log(WARNING, "%s: node %s gets an equal share: %s", self.name, node.node_id, reason)
+            log(
+                WARNING,
+                "%s: node %s gets an equal share: its answer carried no usable profile (%s)",
+                self.name,
+                node.node_id,
+                reason,
+            )
         if not self.pending and not self.planned:
             self.finish(nodes)
             return True

@@ -414,7 +414,10 @@ def test_a_bad_profile_beside_an_update_loses_the_profile_not_the_update() -> No
     )
     with flwr_logs() as caplog:
         strategy.start(grid, model(0.0), num_rounds=1, timeout=30.0)
-    assert "node 1002 gets an equal share: bad profile beside the update: profile " in caplog.text
+    assert (
+        "node 1002 gets an equal share: its answer carried no usable profile "
+        "(bad profile beside the update: profile " in caplog.text
+    )
     assert "'evaluation-cpu' must be finite" in caplog.text
     assert 1002 in strategy.history[0].participants  # its update was aggregated
 
@@ -498,8 +501,9 @@ def test_nodes_without_a_usable_profile_get_equal_shares() -> None:
     )
     with flwr_logs() as caplog:
         strategy.start(grid, model(0.0), num_rounds=1, timeout=30.0)
-    assert "node 1003 gets an equal share: bad profile reply: profile 'evaluation-cpu'" in (
-        caplog.text
+    assert (
+        "node 1003 gets an equal share: its answer carried no usable profile "
+        "(bad profile reply: profile 'evaluation-cpu'" in caplog.text
     )
     assert "node 1004 sent no profile within 5.0 s: it runs with an equal share" in caplog.text
     shares = {

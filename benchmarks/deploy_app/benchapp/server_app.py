@@ -28,16 +28,19 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 from torch import nn
 
-from clients.data import load_centralized_test, load_partition
+from clients.data import load_centralized_test, load_partition, load_server_validation
 from clients.task import evaluate_model
 from flower_edge.errors import ConfigError
 from flower_edge.models import MLP
 from flower_edge.slicing import slice_budget_for_overhead
-from strategies import EdgeStrategy, FedAsync, FedBuff, LoopConfig, ShareConfig
+from strategies import EdgeStrategy, FedAsync, FedBuff, LoopConfig, ShareConfig, ValuationConfig
 
 app = ServerApp()
 
 RESULT_TAG = "REAL-DEPLOYMENT-RESULT"
+#: the server's validation set of edge, as in ``deploy/app`` (values and ``drop_worst`` read
+#: its loss; the test set only scores the run)
+VALIDATION_SAMPLES = 300
 #: "edge-noprofile": edge without the up-front profile query (equal shares at first, then
 #: shares from the observed job times), to show what that one extra message costs
 STRATEGIES = ("edge", "edge-noprofile", "fedbuff", "fedasync", "fedavg")
@@ -119,10 +122,14 @@ def build_strategy(context: Context, name: str, slice_budget: float | str, nodes
             model=MLP,  # p_c from the served model (compute_share "auto"), as deploy/app
             input_shape=(32, 64),
         )
-        # the project's best configuration (issue 10): deltas, staleness-scaled server lr,
-        # shares capped at 1.5x the mean epochs of each node's own data; the profile comes
-        # with the first job (wall clock); every seed mechanism on
-        return EdgeStrategy.preset("edge", threshold=threshold, loop=loop, shares=shares)
+        # the project's best configuration (issue 10), as deploy/app runs it: deltas,
+        # staleness-scaled server lr, the served average over one pass, values and
+        # drop_worst on the server's validation set; the profile comes with the first job
+        # (wall clock); every seed mechanism on
+        valuation = ValuationConfig(metric_key="val-loss", higher_is_better=False, drop_worst=True)
+        return EdgeStrategy.preset(
+            "edge", threshold=threshold, loop=loop, shares=shares, valuation=valuation
+        )
     if name == "fedbuff":
         return FedBuff(threshold + 1, loop=loop)
     return FedAsync(loop=loop)
@@ -140,6 +147,9 @@ def main(grid: Grid, context: Context) -> None:
     model = MLP(in_features=64)
     arrays = ArrayRecord(model.state_dict())
     test = load_centralized_test("digits")
+    validation = load_server_validation(
+        "digits", size=VALIDATION_SAMPLES, seed=int(_number(context, "seed"))
+    )
     loss_fn = nn.CrossEntropyLoss()
     min_nodes = int(_number(context, "min-nodes"))
     timeout = _number(context, "calibration-timeout")
@@ -169,9 +179,10 @@ def main(grid: Grid, context: Context) -> None:
     def evaluate(rnd: int, arrays: ArrayRecord) -> MetricRecord:
         model.load_state_dict(arrays.to_torch_state_dict())
         res = evaluate_model(model, loss_fn, test)
+        val = evaluate_model(model, loss_fn, validation)
         if rnd > 0:
             curve.append((time.monotonic() - t0, res.accuracy))
-        return MetricRecord({"accuracy": res.accuracy, "loss": res.loss})
+        return MetricRecord({"accuracy": res.accuracy, "loss": res.loss, "val-loss": val.loss})
 
     strategy = build_strategy(context, name, slice_budget, len(nodes))
     rounds = (
