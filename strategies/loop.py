@@ -316,9 +316,7 @@ class EventLoop:
             reason,
         )
         self.record_event(node.node_id, job_id, "rejected", self.version, detail=reason)
-        node.job = None
-        node.last_base = self.version
-        node.rejected = reason
+        node.free(self.version, rejected=reason)
 
     def record_rejection(self, node_id: int, job_id: int, reason: str) -> None:
         """Log and record a rejected update of a node that is busy with another job."""
@@ -399,10 +397,7 @@ class EventLoop:
             node.node_id, job.job_id, "finished", update.base_version, reply.samples_processed or 0
         )
         self.dispatcher.finished(job.job_id)
-        node.job = None
-        node.last_base = update.base_version
-        node.late = False
-        node.rejected, node.retries = None, 0
+        node.free(update.base_version)
         save_buffered_update(self, update)  # before the aggregation it may trigger
         if self.strategy.aggregation_due(len(self.buffer)):
             screen_buffer(self)  # absurd num-examples of unmodified apps, first updates too

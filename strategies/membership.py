@@ -125,6 +125,15 @@ class Node:
     rejected: str | None = None
     retries: int = 0
 
+    def free(self, base: int, rejected: str | None = None) -> None:
+        """End the node's job: an update on ``base`` accepted, or its reply ``rejected``."""
+        self.job = None
+        self.last_base = base
+        self.rejected = rejected
+        if rejected is None:
+            self.late = False
+            self.retries = 0
+
     def ready(self, version: int) -> bool:
         """Return whether the node may get a new job for global ``version``."""
         return self.outstanding is None and not self.gone and self.last_base < version
