@@ -18,12 +18,14 @@ that is not available here), 130 interrupted (Ctrl-C).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from importlib import import_module
 from importlib.metadata import entry_points
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 from flower_edge.errors import FlowerEdgeError, InputError
 
@@ -137,5 +139,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
+def console_main() -> NoReturn:
+    """Entry point of the ``flower-edge`` script: :func:`main`, then exit with its code.
+
+    After Ctrl-C (code 130) the process exits at once, even if threads of a library are
+    still running: Flower's simulation engine runs the ServerApp and its backend in
+    non-daemon threads that do not stop on Ctrl-C, and Python would wait for them at exit
+    (the run looked hung after ``interrupted``). A Ray session it started is shut down first,
+    for at most :data:`INTERRUPT_CLEANUP_SECONDS`.
+    """
+    code = main()
+    if code == 130 and _other_threads_alive():
+        _shutdown_ray(INTERRUPT_CLEANUP_SECONDS)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
+    sys.exit(code)
+
+
+#: seconds to wait for Ray to shut down after Ctrl-C before exiting anyway
+INTERRUPT_CLEANUP_SECONDS = 10.0
+
+
+def _other_threads_alive() -> bool:
+    """Return whether a non-daemon thread other than this one is alive."""
+    me = threading.current_thread()
+    return any(t is not me and t.is_alive() and not t.daemon for t in threading.enumerate())
+
+
+def _shutdown_ray(timeout: float) -> None:
+    """Shut down a Ray session that a command started (Ray is never imported here)."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return
+    worker = threading.Thread(target=ray.shutdown, daemon=True)
+    worker.start()
+    worker.join(timeout)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    console_main()

@@ -184,8 +184,10 @@ def _settings(args: argparse.Namespace) -> list[SimSettings]:
     k = runs[0].scenario.threshold
     if args.threshold is None and k != base.threshold:
         _note(
-            f"--clients {args.clients} is not above the scenario's K = {base.threshold}: K "
-            f"lowered to {k} (clients // 4, at least 1); set --threshold to choose K"
+            f"--clients {args.clients} instead of the scenario's {base.num_clients}: K "
+            f"lowered from {base.threshold} to {k}, the same share of the federation "
+            f"(round(K x clients / {base.num_clients}), at least 1, below the clients); "
+            "set --threshold to choose K"
         )
     return runs
 

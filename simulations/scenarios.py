@@ -46,6 +46,7 @@ __all__ = [
     "StrategyName",
     "resolve_scenario",
     "resolve_strategies",
+    "scaled_threshold",
 ]
 
 #: largest fastest-over-slowest compute spread of a simulated federation: beyond a
@@ -333,6 +334,18 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
+def scaled_threshold(threshold: int, designed: int, clients: int) -> int:
+    """Return K for ``clients`` clients of a scenario designed for ``designed`` with K.
+
+    ``round(threshold * clients / designed)``, at least 1 and below ``clients``: K keeps its
+    share of the federation.
+
+    >>> scaled_threshold(4, 20, 5), scaled_threshold(4, 20, 10), scaled_threshold(4, 20, 2)
+    (1, 2, 1)
+    """
+    return max(1, min(clients - 1, round(threshold * clients / designed)))
+
+
 def resolve_scenario(
     name: str,
     *,
@@ -356,8 +369,10 @@ def resolve_scenario(
     heterogeneity : float, optional
         Fastest over slowest device compute speed instead of the scenario's (>= 1).
     threshold : int, optional
-        K instead of the scenario's (1 <= K < clients). When only ``clients`` shrinks below
-        the scenario's K, K becomes ``clients // 4`` (at least 1).
+        K instead of the scenario's (1 <= K < clients). When only ``clients`` is fewer than
+        the scenario's, K keeps its share of the federation (:func:`scaled_threshold`), so
+        that the run stays semi-asynchronous: at the scenario's K an aggregation of 5 of 5
+        clients would wait for every one of them, offline ones included.
 
     Raises
     ------
@@ -373,8 +388,8 @@ def resolve_scenario(
     changes: dict[str, float | int] = {}
     if clients is not None:
         changes["num_clients"] = clients
-        if threshold is None and clients > 1 and base.threshold >= clients:
-            changes["threshold"] = max(1, clients // 4)
+        if threshold is None and isinstance(clients, int) and 1 < clients < base.num_clients:
+            changes["threshold"] = scaled_threshold(base.threshold, base.num_clients, clients)
         if isinstance(clients, int) and 0 < clients < base.num_clients:
             ratio = clients / base.num_clients
             changes["learning_rate"] = base.learning_rate * ratio

@@ -199,7 +199,10 @@ class ShareConfig:
         profile reports them), ``> 0``; the rest of the total goes to the other nodes by
         match ratio, and rebalancing keeps within the caps. With label-skewed data a fast
         node given many epochs of its own data over-fits its labels and dominates the
-        global model (docs/benchmarks/simulations.md). ``None``: no per-node cap (the seed).
+        global model (docs/benchmarks/simulations.md). When every node's update is needed
+        for an aggregation (a synchronous run), the samples the caps take off are not handed
+        to slower nodes beyond their match-ratio share: the round trains fewer samples
+        rather than wait for a slow node. ``None``: no per-node cap (the seed).
     rebalance : {"seed", "optimal", "off"} (default: "seed")
         After each aggregation refit ``T = k f + b`` per node and move samples (seed 000
         step 9, or the equal-finish optimum).

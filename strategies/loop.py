@@ -234,9 +234,9 @@ class EventLoop:
         """Wait for the nodes, check that K and the share cap fit them, admit them."""
         ids = self.membership.wait_for(self.strategy.min_nodes(), self.strategy.too_few_hint())
         self.strategy.check_node_count(len(ids))
-        self.planner.check_node_count(len(ids))
-        self.membership.admit(ids)
         per_aggregation = self.strategy.updates_per_aggregation()
+        self.planner.size_for(len(ids), per_aggregation)
+        self.membership.admit(ids)
         self.stopper.size_for(len(ids), per_aggregation)
         passes = self.strategy.average_passes
         if passes is not None:  # the served model: the global models' moving average

@@ -26,7 +26,7 @@ from strategies.config import ShareConfig
 from strategies.membership import Node
 from strategies.records import ProfileRecord, TrainReply
 
-__all__ = ["MAX_OBSERVATIONS", "SUSPECT_OVER_CAP", "SharePlanner", "profile_beside"]
+__all__ = ["MAX_OBSERVATIONS", "SUSPECT_OVER_CAP", "SharePlanner", "profile_beside", "split_within"]
 
 #: (share, seconds) observations kept per node for the time model T = k f + b: the most recent
 #: ones (the fit follows a device whose speed changes, and the state stays bounded)
@@ -68,11 +68,22 @@ class SharePlanner:
         self.held: set[int] = set()  # answered with their profile only: wait for the plan
         self.late: set[int] = set()  # no profile by the deadline: taken if it comes later
         self.cap: int | None = None  # the plan's cap on any share (max_share_fraction)
+        self.synchronous = False  # every node's update is needed (size_for)
         self.deadline = math.inf
         self.planned = True
 
-    def check_node_count(self, count: int) -> None:
-        """Raise ConfigError if the share cap cannot let ``count`` nodes cover the total."""
+    def size_for(self, count: int, per_aggregation: int) -> None:
+        """Size the plan for ``count`` nodes and ``per_aggregation`` updates per aggregation.
+
+        ``per_aggregation >= count``: every round waits for the slowest node, which is then
+        given no more than its match-ratio share (:func:`split_within`).
+
+        Raises
+        ------
+        ConfigError
+            The share cap cannot let ``count`` nodes cover the total.
+        """
+        self.synchronous = per_aggregation >= count
         if self.config.max_share_fraction * count < 1:
             raise ConfigError(
                 f"max_share_fraction = {self.config.max_share_fraction} must be >= 1 / number "
@@ -347,21 +358,11 @@ class SharePlanner:
         cap: int | None,
         profiles: dict[int, ProfileRecord],
     ) -> tuple[int, ...]:
-        """Split ``total`` by ``ratios`` within each node's cap (all at their caps if short)."""
+        """Split ``total`` by ``ratios`` within each node's cap (:func:`split_within`)."""
         self.profiles = {**self.profiles, **profiles}
         caps = [self.node_cap(i, cap) for i in ids]
-        held = sum(math.inf if c is None else c for c in caps)
-        if held < total:  # max_epochs cannot hold the total: every node at its cap
-            log(
-                WARNING,
-                "%s: max_epochs %s caps the shares at %d of %d samples per round",
-                self.name,
-                self.config.max_epochs,
-                held,
-                total,
-            )
-            return tuple(int(c) for c in caps if c is not None)
-        return initial_shares(total, ratios, caps)
+        where = f"{self.name}: max_epochs {self.config.max_epochs}"
+        return split_within(total, ratios, caps, synchronous=self.synchronous, where=where)
 
     def log_capped(self, ids: list[int], ratios: list[float], total: int, cap: int | None) -> None:
         """Log each node whose profile claims more than the cap.
@@ -433,6 +434,38 @@ class SharePlanner:
             {n.node_id: n.share for n in chosen},
             allocation.makespan,
         )
+
+
+def split_within(
+    total: int, ratios: list[float], caps: list[int | None], *, synchronous: bool, where: str
+) -> tuple[int, ...]:
+    """Split ``total`` by ``ratios`` within ``caps``; every node at its cap if they are short.
+
+    ``synchronous`` (every update is needed for an aggregation, so each round waits for the
+    slowest node): no node gets more than its match-ratio share either, and the round trains
+    fewer samples when the caps take some off (logged, ``where`` naming the caps).
+    """
+    whole = math.fsum(ratios)
+    if synchronous and whole > 0:  # no node beyond its match-ratio share
+        fair = [max(1, math.ceil(total * r / whole)) for r in ratios]
+        caps = [f if c is None else min(c, f) for c, f in zip(caps, fair, strict=True)]
+        within = sum(c for c in caps if c is not None)
+        if within < total:
+            log(
+                INFO,
+                "%s: every update is needed for an aggregation (as many nodes as updates per "
+                "aggregation), so no node gets more than its match-ratio share and the caps "
+                "leave %d of %d samples per round",
+                where,
+                within,
+                total,
+            )
+            return tuple(int(c) for c in caps if c is not None)
+    held = sum(math.inf if c is None else c for c in caps)
+    if held < total:  # max_epochs cannot hold the total: every node at its cap
+        log(WARNING, "%s caps the shares at %d of %d samples per round", where, held, total)
+        return tuple(int(c) for c in caps if c is not None)
+    return initial_shares(total, ratios, caps)
 
 
 def profile_beside(

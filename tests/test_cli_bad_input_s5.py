@@ -278,10 +278,13 @@ def test_simulate_notes_a_lowered_threshold(
 ) -> None:
     (note,) = _notes(["--clients", "2"], tmp_path, capsys)
     assert "--clients 2" in note
-    assert "K = 4" in note
-    assert "K lowered to 1" in note
+    assert "K lowered from 4 to 1" in note
+    # fewer clients keep K's share of the federation: the run stays semi-asynchronous
+    (note,) = _notes(["--clients", "10"], tmp_path, capsys)
+    assert "K lowered from 4 to 2" in note
     assert _notes(["--clients", "2", "--threshold", "1"], tmp_path, capsys) == []
-    assert _notes(["--clients", "10"], tmp_path, capsys) == []
+    assert _notes(["--clients", "20"], tmp_path, capsys) == []
+    assert _notes(["--clients", "40"], tmp_path, capsys) == []
 
 
 def test_simulate_notes_ignored_engine_options(

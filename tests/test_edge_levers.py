@@ -53,6 +53,32 @@ def test_max_epochs_caps_each_share_at_epochs_of_its_own_data() -> None:
     assert all(c >= u for c, u in zip(shares[:3], uncapped[:3], strict=True))
 
 
+@pytest.mark.parametrize("per_aggregation", [2, 1])
+def test_a_synchronous_run_does_not_load_a_slow_node_beyond_its_share(
+    per_aggregation: int,
+) -> None:
+    """Found by a new-user probe (``--clients 2``): two nodes, a 30x speed spread, every
+    update needed for an aggregation. The fast node is capped at 2.5 epochs of its own data;
+    the rest of the total went to the slow node (1.5 epochs, 12x its match-ratio share), so
+    every round waited for it (30 virtual s to the target against 1.8 s for the seed's rule).
+    A synchronous round now trains fewer samples instead; a semi-asynchronous one (an
+    aggregation does not wait for the slow node) still hands them on."""
+    local = [576, 576]
+    planner = _planner(total_samples=2 * sum(local), max_share_fraction=1.0, max_epochs=2.5)
+    planner.size_for(2, per_aggregation)
+    nodes = {i: Node(i) for i in (1, 2)}
+    planner.assign_initial([1, 2], _profiles([30.0, 1.0], local), nodes)
+    fast, slow = nodes[1].share, nodes[2].share
+    assert fast == 1440  # at its cap
+    ratio = nodes[2].ratio / (nodes[1].ratio + nodes[2].ratio)
+    fair = 2 * sum(local) * ratio  # the slow node's match-ratio share of the total
+    if per_aggregation == 2:  # synchronous
+        assert slow == math.ceil(fair)
+    else:
+        assert fast + slow == 2 * sum(local)
+        assert slow > 10 * fair
+
+
 def test_max_epochs_too_small_puts_every_node_at_its_cap() -> None:
     planner = _planner(total_samples=100, max_share_fraction=1.0, max_epochs=1.0)
     nodes = {i: Node(i) for i in (1, 2)}

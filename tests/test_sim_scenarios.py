@@ -52,9 +52,13 @@ def test_bad_overrides(kwargs: dict[str, float], match: str) -> None:
 def test_overrides_apply() -> None:
     s = resolve_scenario("digits-20", clients=8, heterogeneity=50.0)
     assert (s.num_clients, s.heterogeneity) == (8, 50.0)
-    assert s.threshold == 4
+    assert s.threshold == 2  # K keeps its share of the federation: round(4 * 8 / 20)
     small = resolve_scenario("digits-20", clients=4)
-    assert small.threshold == 1  # K shrinks with the client count unless given
+    assert small.threshold == 1
+    assert resolve_scenario("digits-20", clients=8, threshold=5).threshold == 5  # given
+    assert resolve_scenario("digits-20", clients=40).threshold == 4  # more: the scenario's
+    assert resolve_scenario("mnist1d-100", clients=6).threshold == 1
+    assert resolve_scenario("mnist1d-100", clients=50).threshold == 5
 
 
 def test_rounds_follow_the_update_budget() -> None:

@@ -30,3 +30,38 @@ def test_cli_requires_a_command(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main([])
     assert exc.value.code == 2
+
+
+def _console(main_body: str, thread_seconds: int) -> tuple[int, float, str]:
+    """Run ``console_main`` in a child whose ``main`` is ``main_body`` (a lambda's body),
+    beside a non-daemon thread that sleeps ``thread_seconds``."""
+    import subprocess
+    import sys
+    import time
+
+    code = (
+        "import threading, time, flower_edge.cli as cli\n"
+        f"threading.Thread(target=time.sleep, args=({thread_seconds},)).start()\n"
+        f"cli.main = lambda: {main_body}\n"
+        "cli.console_main()\n"
+    )
+    t0 = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    return done.returncode, time.monotonic() - t0, done.stderr
+
+
+def test_ctrl_c_exits_at_once_although_a_library_thread_runs() -> None:
+    """Found by a new-user probe: after Ctrl-C in ``simulate`` under Ray the process printed
+    ``interrupted`` and then hung, waiting for Flower's non-daemon simulation threads."""
+    code, seconds, stderr = _console("130", thread_seconds=120)
+    assert code == 130
+    assert seconds < 30  # the thread sleeps for 120 s
+    assert "Traceback" not in stderr
+
+
+def test_console_exit_codes_pass_through() -> None:
+    code, seconds, _ = _console("2", thread_seconds=1)
+    assert code == 2
+    assert seconds >= 1  # other exits wait for the threads, as Python does
