@@ -22,6 +22,13 @@ Observations FILE and time models
     node with ``m = 1``) and ``b0 = 0``. A node with ``m = 0`` and no observations gets no
     samples.
 
+Notes (stderr)
+    A node rated more than :data:`SUSPECT_RATING` times the other nodes' median on a
+    resource (a broken or dishonest profile is likelier than such a device), and a node whose
+    observations give no time model (fewer than two distinct loads, a non-positive slope),
+    get one line each. ``--max-share-fraction Q`` caps every node at ``ceil(Q * F)`` samples,
+    as the strategy's ``ShareConfig.max_share_fraction`` does.
+
 The radar plot (``--plot``) belongs to the upper layer (``simulations.plots.plot_radar``,
 matplotlib); this module finds it through the entry-point group :data:`PLOTS_GROUP`, so
 ``plan`` works without it, and ``--plot`` without it is bad input.
@@ -124,6 +131,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default="1.0",
         help="prior per-sample time of a node with match ratio 1, when no node has "
         "observations (default: 1, relative times)",
+    )
+    plan.add_argument(
+        "--max-share-fraction",
+        metavar="Q",
+        default="1.0",
+        help="cap on any node's samples as a fraction of F, in (0, 1], against absurd "
+        "profile claims (the strategy's ShareConfig.max_share_fraction; default: 1, "
+        "uncapped as in the seed)",
     )
     plan.add_argument("--plot", metavar="PNG", help="write the radar chart of all nodes here")
     plan.add_argument("--json", action="store_true", help="print only the JSON plan")
@@ -256,6 +271,7 @@ def _time_models(
     ratios: NDArray[np.float64],
     observations: Mapping[str, Sequence[tuple[float, float]]],
     k0: float,
+    notes: list[str] | None = None,
 ) -> tuple[list[TimeModel], list[bool]]:
     """Fit each node's time model, or give it the match-ratio prior (module docstring)."""
     import numpy as np
@@ -269,8 +285,12 @@ def _time_models(
             continue
         try:
             fitted[d] = fit_time_model(obs)
-        except InputError:  # too few points or a non-positive slope: the prior below
-            continue
+        except InputError as exc:  # too few points or a non-positive slope: the prior below
+            if notes is not None:
+                notes.append(
+                    f"node {node_id}: its observations give no time model ({exc}): it gets "
+                    "the match-ratio prior"
+                )
     usable = [d for d in fitted if ratios[d] > 0]
     if usable:
         k0 = float(np.median([fitted[d].k * ratios[d] for d in usable]))
@@ -292,6 +312,32 @@ def _time_models(
     return models, active
 
 
+#: a node rated above this many times the median of the other nodes on a resource gets a
+#: note: a claim that big is more likely a broken or dishonest profile than a device
+SUSPECT_RATING = 1e4
+
+
+def _suspect_ratings(ids: Sequence[str], ev: NDArray[np.float64]) -> list[str]:
+    """Return a note for each node rated far above the others on a resource."""
+    import numpy as np
+
+    out: list[str] = []
+    if len(ids) < 2:
+        return out
+    for r, resource in enumerate(_RESOURCES):
+        column = ev[:, r]
+        for d, node_id in enumerate(ids):
+            others = np.delete(column, d)
+            median = float(np.median(others[others > 0])) if np.any(others > 0) else 0.0
+            if median > 0 and column[d] > SUSPECT_RATING * median:
+                out.append(
+                    f"node {node_id}: its {resource} rating {column[d]:.3g} is "
+                    f"{column[d] / median:.3g}x the other nodes' median ({median:.3g}); check "
+                    "its profile, or cap every node with --max-share-fraction"
+                )
+    return out
+
+
 def build_plan(
     ids: Sequence[str],
     evaluations: Sequence[Sequence[float]],
@@ -304,8 +350,15 @@ def build_plan(
     order_invariant: bool = False,
     seconds_per_sample: float = 1.0,
     drop_empty_axes: bool = False,
+    max_share_fraction: float = 1.0,
+    notes: list[str] | None = None,
 ) -> tuple[dict[str, Any], Allocation]:
     """Compute the plan: scores, match ratios, initial shares and the rebalanced allocation.
+
+    ``max_share_fraction`` caps every node at ``ceil(q * total)`` samples (with its own
+    capacity). ``notes`` (when given) receives one line per thing the plan worked around: a
+    node's rating far above the others' (:data:`SUSPECT_RATING`), observations that give
+    no time model.
 
     Returns
     -------
@@ -321,7 +374,20 @@ def build_plan(
     validate.number(
         "--seconds-per-sample", seconds_per_sample, low=0.0, low_inclusive=False, error=InputError
     )
+    q = validate.number(
+        "--max-share-fraction",
+        max_share_fraction,
+        low=0.0,
+        low_inclusive=False,
+        high=1.0,
+        error=InputError,
+    )
     ev = np.asarray(evaluations, dtype=np.float64)
+    if notes is not None:
+        notes.extend(_suspect_ratings(ids, ev))
+    if q < 1.0:
+        most = math.ceil(q * total)
+        capacities = [most if c is None else min(c, most) for c in capacities]
     scores = standardise(ev)
     ratios = match_ratios(
         ev, compute_share, order_invariant=order_invariant, drop_empty_axes=drop_empty_axes
@@ -334,12 +400,13 @@ def build_plan(
             "memory-disk, disk-cpu; e.g. cpu alone, or cpu and memory) has no area"
             f"{hint}, or rate every node's cpu, gpu, memory and disk"
         )
-    models, active = _time_models(ids, ratios, observations or {}, seconds_per_sample)
+    models, active = _time_models(ids, ratios, observations or {}, seconds_per_sample, notes)
     caps: list[int | None] = [c if a else 0 for c, a in zip(capacities, active, strict=True)]
     try:
         shares = initial_shares(total, ratios, capacities)
     except InputError as exc:
-        raise InputError(f"--total-samples {total}: {exc}") from None
+        capped = f" (--max-share-fraction {q:g}: at most {math.ceil(q * total)} each)"
+        raise InputError(f"--total-samples {total}: {exc}{capped if q < 1 else ''}") from None
     alloc = rebalance(shares, models, method=method, capacities=caps)  # type: ignore[arg-type]
     nodes = [
         {
@@ -487,6 +554,11 @@ def run_plan(args: argparse.Namespace) -> int:
     plot = radar_plotter() if args.plot is not None else None
     plot_path = _check_plot_path(args.plot) if args.plot is not None else None
     share = _compute_share(args)
+    try:
+        fraction = float(args.max_share_fraction)
+    except ValueError:
+        fraction = math.nan
+    notes: list[str] = []
     doc, alloc = build_plan(
         ids,
         evaluations,
@@ -498,7 +570,11 @@ def run_plan(args: argparse.Namespace) -> int:
         order_invariant=args.order_invariant,
         seconds_per_sample=k0,
         drop_empty_axes=args.drop_empty_axes,
+        max_share_fraction=fraction,
+        notes=notes,
     )
+    for note in notes:  # stderr: stdout may hold the JSON plan
+        sys.stderr.write(f"flower-edge plan: note: {note}\n")
     if plot is not None and plot_path is not None:
         try:
             plot(evaluations, share, ids, str(plot_path))
@@ -522,6 +598,7 @@ def run_plan(args: argparse.Namespace) -> int:
         order_invariant=args.order_invariant,
         seconds_per_sample=k0,
         drop_empty_axes=args.drop_empty_axes,
+        max_share_fraction=fraction,
     )
     sys.stdout.write(format_plan(doc, other, max_rows) + "\n")
     if not observations:

@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from simulations.presets import EDGE_PRESETS
+
 __all__ = [
     "HistoryPoint",
     "RunResult",
@@ -242,14 +244,19 @@ def summary_table(results: Sequence[RunResult]) -> str:
             f"{r0.target_accuracy:.2f}; times in virtual seconds"
         )
         lines.extend(_resized(r0.scenario, r0.clients))
-    fired = [r for r in results if r.abandon.get("offers")]
-    for r in fired:
+    for r in results:
         a = r.abandon
-        lines.append(
-            f"{r.strategy}: abandon rule fired {int(a.get('abandoned', 0))} times at "
-            f"{int(a.get('offers', 0))} preemption points; samples wasted "
-            f"{int(a.get('samples_wasted', 0))}, saved {int(a.get('samples_saved', 0))}"
-        )
+        if a.get("offers"):
+            lines.append(
+                f"{r.strategy}: abandon rule fired {int(a.get('abandoned', 0))} times at "
+                f"{int(a.get('offers', 0))} preemption points; samples wasted "
+                f"{int(a.get('samples_wasted', 0))}, saved {int(a.get('samples_saved', 0))}"
+            )
+        elif r.strategy in EDGE_PRESETS:  # said, not left out: the rule had nothing to decide
+            lines.append(
+                f"{r.strategy}: abandon rule never had to decide: no job was still running "
+                "when a newer global model reached its node (0 preemption points)"
+            )
     for r in results:
         dropped = r.extras.get("dropped_updates")
         if dropped is not None:

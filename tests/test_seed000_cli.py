@@ -177,6 +177,43 @@ def test_plan_with_observations_and_optimal(
     assert opt["makespan"] <= seed["makespan"] + 1e-9
 
 
+def test_plan_notes_an_absurd_claim_and_can_cap_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by a new-user probe: a node claiming 1e30 on every resource took all the samples
+    and nothing said so."""
+    evil = {"id": "evil", "resources": {r: 1e30 for r in ("cpu", "gpu", "memory", "disk")}}
+    profiles = write(tmp_path, "p.json", {"nodes": [*NODES, evil]})
+    base = ["plan", "--profiles", profiles, "--total-samples", "3000", "--compute-share", "0.4"]
+    assert main([*base, "--json"]) == 0
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)  # stdout stays the JSON plan
+    assert doc["nodes"][3]["samples"] > 2990  # the seed's formula 7, uncapped by default
+    notes = [line for line in captured.err.splitlines() if "plan: note: node evil" in line]
+    assert len(notes) == 4  # one per resource
+    assert "--max-share-fraction" in notes[0]
+    assert not [line for line in captured.err.splitlines() if "note: node pi4" in line]
+    doc = run_json([*base, "--json", "--max-share-fraction", "0.4"], capsys)
+    samples = [n["samples"] for n in doc["nodes"]]
+    assert max(samples) == 1200
+    assert sum(samples) == 3000
+    fails([*base, "--max-share-fraction", "0"], capsys, "--max-share-fraction must be in (0, 1]")
+    fails([*base, "--max-share-fraction", "0.2"], capsys, "--max-share-fraction 0.2: at most 600")
+
+
+def test_plan_notes_observations_that_give_no_time_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profiles = write(tmp_path, "p.json", {"nodes": NODES})
+    obs = write(tmp_path, "o.json", {"jetson": [[1000, 1.0]], "laptop": [[50, 3.0], [100, 5.0]]})
+    argv = ["plan", "--profiles", profiles, "--total-samples", "3000", "--compute-share", "0.3"]
+    assert main([*argv, "--observations", obs]) == 0
+    err = capsys.readouterr().err
+    (note,) = [line for line in err.splitlines() if ": note: " in line]
+    assert "node jetson: its observations give no time model" in note
+    assert "match-ratio prior" in note
+
+
 def test_plan_reads_profile_reports_and_model(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -113,3 +113,17 @@ def test_ledger_reads_plain_flower_replies() -> None:
     assert ledger.samples() == 64
     assert ledger.delivered_slices == {0}
     assert ledger.wasted_fraction() == 0.0
+
+
+def test_the_table_says_when_the_abandon_rule_had_nothing_to_decide() -> None:
+    """Found by a new-user probe: the abandon line of an edge preset was left out when the
+    rule had no preemption point (``--clients 2``), where the docs promise one per preset."""
+    from dataclasses import replace
+
+    from simulations.report import summary_table
+
+    base = _result("edge", [0.5, 0.9], 1.0)
+    quiet = replace(base, abandon={"offers": 0.0, "abandoned": 0.0})
+    table = summary_table([quiet, replace(base, strategy="fedbuff", abandon={})])
+    assert "edge: abandon rule never had to decide" in table
+    assert "fedbuff: abandon" not in table
