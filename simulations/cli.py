@@ -353,6 +353,7 @@ def _write_outputs(
     from simulations.plots import plot_accuracy, plot_timeline
     from simulations.report import summary_table, write_json
 
+    _remove_stale_timelines(out, {r.strategy for r in results})
     written = [write_json(results, out / "results.json", as_list=as_list)]
     written.append(plot_accuracy(results, out / "accuracy.png"))
     for r in results:
@@ -365,6 +366,22 @@ def _write_outputs(
     table.write_text(summary_table(results) + "\n", encoding="utf-8")
     written.append(table)
     return written
+
+
+def _remove_stale_timelines(out: Path, strategies: set[str]) -> None:
+    """Remove the ``timeline-<strategy>.png`` of strategies that this run did not run.
+
+    An ``--out`` folder reused from an earlier run then describes this run only (found by a
+    new-user probe: old timelines stayed beside the new results). Only this command's own
+    file names are touched; each removal is noted on stderr.
+    """
+    from simulations.scenarios import STRATEGIES
+
+    for name in STRATEGIES:
+        stale = out / f"timeline-{name}.png"
+        if name not in strategies and stale.is_file():
+            stale.unlink()
+            _note(f"removed {stale} of an earlier run ({name} did not run now)")
 
 
 def _plot_radar(settings: SimSettings, path: Path) -> Path:
