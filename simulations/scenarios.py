@@ -388,12 +388,12 @@ def resolve_scenario(
     changes: dict[str, float | int] = {}
     if clients is not None:
         changes["num_clients"] = clients
-        if threshold is None and isinstance(clients, int) and 1 < clients < base.num_clients:
-            changes["threshold"] = scaled_threshold(base.threshold, base.num_clients, clients)
         if isinstance(clients, int) and 0 < clients < base.num_clients:
             ratio = clients / base.num_clients
             changes["learning_rate"] = base.learning_rate * ratio
             changes["slice_budget"] = base.slice_budget / ratio
+            if threshold is None and clients > 1:  # 1 client: the range error names K
+                changes["threshold"] = scaled_threshold(base.threshold, base.num_clients, clients)
     if heterogeneity is not None:
         changes["heterogeneity"] = heterogeneity
     if threshold is not None:

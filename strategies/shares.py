@@ -446,24 +446,24 @@ def split_within(
     fewer samples when the caps take some off (logged, ``where`` naming the caps).
     """
     whole = math.fsum(ratios)
-    if synchronous and whole > 0:  # no node beyond its match-ratio share
+    bounded = synchronous and whole > 0
+    if bounded:  # no node beyond its match-ratio share
         fair = [max(1, math.ceil(total * r / whole)) for r in ratios]
         caps = [f if c is None else min(c, f) for c, f in zip(caps, fair, strict=True)]
-        within = sum(c for c in caps if c is not None)
-        if within < total:
+    held = sum(math.inf if c is None else c for c in caps)
+    if held < total:  # the caps cannot hold the total: every node at its cap
+        if bounded:
             log(
                 INFO,
                 "%s: every update is needed for an aggregation (as many nodes as updates per "
                 "aggregation), so no node gets more than its match-ratio share and the caps "
                 "leave %d of %d samples per round",
                 where,
-                within,
+                held,
                 total,
             )
-            return tuple(int(c) for c in caps if c is not None)
-    held = sum(math.inf if c is None else c for c in caps)
-    if held < total:  # max_epochs cannot hold the total: every node at its cap
-        log(WARNING, "%s caps the shares at %d of %d samples per round", where, held, total)
+        else:
+            log(WARNING, "%s caps the shares at %d of %d samples per round", where, held, total)
         return tuple(int(c) for c in caps if c is not None)
     return initial_shares(total, ratios, caps)
 
