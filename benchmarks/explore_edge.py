@@ -56,6 +56,12 @@ strategy. A variant is ``label:JSON`` with any of these keys:
     drops every update whose removal lowers the loss (at most all but one); ``"metric":
     "accuracy"`` scores by accuracy instead (a tie keeps the full step). Works for edge and
     FedBuff.
+``serve_better``
+    Serve, after each aggregation, the better of the global model and its moving average
+    (``average_passes``) on the valuation metric (issue 10, session 10).
+``scenario``
+    Scenario fields for this variant (e.g. ``{"learning_rate": 0.05}``): a setting of the
+    federation, the same whatever the strategy (issue 10, session 10).
 ``strategy``, ``fedbuff_lr``
     Run another strategy of the scenario (e.g. ``"fedbuff"``) with these settings;
     ``threshold`` and ``k_schedule`` apply to FedBuff too (its rule: a buffer of K).
@@ -438,6 +444,27 @@ def _change(s: Any, settings: SimSettings, variant: dict[str, Any]) -> None:
         s.combine = _annealed(s, settings.rounds, float(start), float(floor))
 
 
+_ORIGINAL_SERVED = loop_module.evaluate_served
+
+
+def _serve_better(loop: Any, rnd: int, full: Any = None, *, dropped: bool = False) -> Any:
+    """evaluate_served that serves the better of the global model and its moving average
+    on the valuation metric (the server's validation set; never the test set)."""
+    metrics, own = _ORIGINAL_SERVED(loop, rnd, full, dropped=dropped)
+    if loop.average is None or metrics is None:
+        return metrics, own
+    ev = loop.evaluation
+    glob = own if own is not None and not dropped else ev.evaluate(rnd, loop.global_arrays)
+    g, a = ev.metric(glob), ev.metric(metrics)
+    if g is None or a is None:
+        return metrics, own
+    sign = 1.0 if ev.config.higher_is_better else -1.0
+    if sign * g > sign * a:
+        loop.served = list(loop.global_arrays)
+        return glob, own
+    return metrics, own
+
+
 def install(variant: dict[str, Any]) -> None:
     """Make ``build_strategy`` apply ``variant`` to the strategies it builds."""
     module: Any = sys.modules[tta.run_server_module()]
@@ -465,6 +492,9 @@ def install(variant: dict[str, Any]) -> None:
             _line_search(s, settings, variant["line_search"])
         if "screen" in variant:
             _screen(s, settings, variant["screen"])
+        loop_module.evaluate_served = (
+            _serve_better if variant.get("serve_better") else _ORIGINAL_SERVED
+        )
         return s
 
     module.build_strategy = build
@@ -485,6 +515,9 @@ def main(argv: list[str] | None = None) -> int:
         for seed in args.seeds:
             theta = {"theta": float(variant["theta"])} if "theta" in variant else {}
             s = SimSettings.create(args.scenario, strategy, seed=seed, **theta)  # type: ignore[arg-type]
+            if "scenario" in variant:  # the same for every strategy: a scenario setting
+                sc = dataclasses.replace(s.scenario, **variant["scenario"])
+                s = dataclasses.replace(s, scenario=sc, rounds=sc.rounds_for(strategy))
             if "threshold" in variant:
                 k = dataclasses.replace(s.scenario, threshold=int(variant["threshold"]))
                 s = dataclasses.replace(s, rounds=k.rounds_for(strategy))

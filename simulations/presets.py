@@ -50,6 +50,7 @@ SEED_OPTIONS: Final[dict[str, Any]] = {
     "server_lr": 1.0,
     "staleness_lr": False,
     "average_passes": None,
+    "serve_better": False,
 }
 
 #: ``EdgeStrategy`` keywords that do not change the method (settings of the run)
@@ -117,6 +118,7 @@ def edge_options(settings: SimSettings) -> dict[str, Any]:
         options["valuation"] = ValuationConfig(
             metric_key=VALIDATION_METRIC, higher_is_better=False, drop_worst=sc.edge_drop_worst
         )
+        options["serve_better"] = sc.edge_serve_better and sc.edge_average_passes is not None
     return options
 
 
@@ -126,6 +128,12 @@ def _departure(name: str, value: Any, seed: Any) -> str:
         return (
             f"average_passes={value:g}: the served model is the moving average of the global "
             f"models over {value:g} pass(es) of the federation (seed: the global model)"
+        )
+    if name == "serve_better":
+        return (
+            "serve_better=True: the served model is the global model instead of the average "
+            f"when it scores better on the validation set's {VALIDATION_METRIC} (seed: the "
+            "global model)"
         )
     return f"{name}={value} (seed: {seed})"
 

@@ -12,6 +12,8 @@ JSON contract of ``flower-edge simulate --json`` (one object per run; a list for
                  "samples_saved": int, "theta": float | null},
      "dropped_updates": int | null (aggregations that left out their worst update;
                                     null where the strategy never drops),
+     "served_global": int | null (aggregations after which serve_better served the
+                                  global model instead of its average; null without it),
      "history": [{"virtual_time": float, "round": int, "accuracy": float,
                   "participants": int, "mean_staleness": float}]}
 
@@ -195,6 +197,7 @@ class RunResult:
                 "theta": self.abandon.get("theta"),
             },
             "dropped_updates": self.extras.get("dropped_updates"),
+            "served_global": self.extras.get("served_global"),
             "history": [h.to_dict() for h in self.history],
         }
 
@@ -263,6 +266,13 @@ def summary_table(results: Sequence[RunResult]) -> str:
             lines.append(
                 f"{r.strategy}: left out its worst update in {int(dropped)} of {r.rounds} "
                 "aggregations (drop_worst, on the server's validation set)"
+            )
+        served = r.extras.get("served_global")
+        if served is not None:
+            lines.append(
+                f"{r.strategy}: served the global model instead of its average after "
+                f"{int(served)} of {r.rounds} aggregations (serve_better, on the server's "
+                "validation set)"
             )
     described = {r.strategy: r.description for r in results if r.description}
     lines.extend(described.values())

@@ -131,6 +131,10 @@ class Scenario:
     edge_drop_worst : bool
         The ``edge`` preset leaves out an aggregation's worst update when the validation
         loss says it hurts (``ValuationConfig(drop_worst=True)``; needs ``edge_validation``).
+    edge_serve_better : bool
+        The ``edge`` preset serves the global model instead of its moving average when the
+        validation loss says it is better (``EdgeStrategy(serve_better=True)``; needs
+        ``edge_validation``: the test set never chooses).
     min_client_samples : int
         Fewest training samples a client may hold; more clients than the data allows is
         an input error.
@@ -163,6 +167,7 @@ class Scenario:
     edge_average_passes: float | None = 1.0
     edge_validation: int | None = 300
     edge_drop_worst: bool = True
+    edge_serve_better: bool = True
 
     def __post_init__(self) -> None:
         self.validate()
@@ -220,6 +225,11 @@ class Scenario:
         validate.boolean("edge_drop_worst", self.edge_drop_worst, error=InputError)
         if self.edge_drop_worst and self.edge_validation is None:
             raise InputError("edge_drop_worst needs edge_validation (never drop on the test set)")
+        validate.boolean("edge_serve_better", self.edge_serve_better, error=InputError)
+        if self.edge_serve_better and self.edge_validation is None:
+            raise InputError(
+                "edge_serve_better needs edge_validation (never choose on the test set)"
+            )
         validate.number(
             "edge_max_epochs",
             self.edge_max_epochs,

@@ -249,10 +249,17 @@ def _abandon(result: Any) -> dict[str, float]:
 
 
 def _dropped(result: Any) -> dict[str, int]:
-    """Return how many aggregations left out their worst update (``drop_worst``), if any may."""
+    """Return the counts of ``drop_worst``'s left-out updates and ``serve_better``'s choices.
+
+    Each count is there only where the strategy may make that choice.
+    """
     metrics = getattr(result, "train_metrics_clientapp", {}) or {}
     counts = [int(m["dropped-updates"]) for m in metrics.values() if "dropped-updates" in m]
-    return {"dropped_updates": sum(counts)} if counts else {}
+    out = {"dropped_updates": sum(counts)} if counts else {}
+    served = [int(m["served-global"]) for m in metrics.values() if "served-global" in m]
+    if served:
+        out["served_global"] = sum(served)
+    return out
 
 
 def _history(strategy: Any, evaluator: _Evaluator, result: Any) -> list[HistoryPoint]:

@@ -210,6 +210,8 @@ class SemiAsyncStrategy(Strategy):
 
     #: serve the moving average of the global models over this many passes (EdgeStrategy)
     average_passes: float | None = None
+    #: serve the better of the global model and its average on the valuation metric
+    serve_better: bool = False
 
     # ------------------------------------------------------------------ hooks
     def aggregation_due(self, buffered: int) -> bool:

@@ -20,6 +20,7 @@ import numpy as np
 from flower_edge import validate
 from flower_edge.aggregation import WeightedSum
 from flower_edge.arrays import NDArray, cast_like
+from flower_edge.errors import ConfigError
 from flower_edge.server_opt import staleness_scale
 from strategies.base import SemiAsyncStrategy, StrategyOptions
 from strategies.config import (
@@ -41,12 +42,19 @@ PresetName = Literal["edge", "edge-seed"]
 #: EdgeStrategy's method options in each preset (measured in docs/benchmarks/simulations.md):
 #: ``edge`` is the project's best configuration, ``edge-seed`` the seeds' rule exactly
 PRESETS: Final[Mapping[str, Mapping[str, Any]]] = {
-    "edge": {"aggregate": "deltas", "server_lr": 1.0, "staleness_lr": True, "average_passes": 1.0},
+    "edge": {
+        "aggregate": "deltas",
+        "server_lr": 1.0,
+        "staleness_lr": True,
+        "average_passes": 1.0,
+        "serve_better": True,
+    },
     "edge-seed": {
         "aggregate": "models",
         "server_lr": 1.0,
         "staleness_lr": False,
         "average_passes": None,
+        "serve_better": False,
     },
 }
 #: the ShareConfig fields each preset sets (where the user's ShareConfig keeps the default):
@@ -150,6 +158,15 @@ class EdgeStrategy(SemiAsyncStrategy):
         convergence stop, and what ``Result.arrays`` holds; the clients keep training from
         the global model itself, and leave-one-out values are computed on it. ``None`` (the
         seed): the global model is served.
+    serve_better : bool (default: False)
+        With ``average_passes`` and an ``evaluate_fn``: after each aggregation, serve
+        whichever of the global model and its average scores better on the valuation metric
+        (``ValuationConfig.metric_key`` and ``higher_is_better``; a tie keeps the average).
+        Early in a run the average lags behind the global model; later it smooths the noise
+        of asynchronous steps: this serves the better of the two at every point. Score on a
+        validation set of the server's, not on the test set you report. The choice is
+        logged (``served=global``) and counted in the train metrics (``served-global``);
+        after a resume the average is served until the next aggregation.
     **options : StrategyOptions
         See :class:`~strategies.base.SemiAsyncStrategy` (typed; an unknown keyword raises
         ``TypeError``).
@@ -178,6 +195,7 @@ class EdgeStrategy(SemiAsyncStrategy):
         server_lr: float = 1.0,
         staleness_lr: bool = False,
         average_passes: float | None = None,
+        serve_better: bool = False,
         **options: Unpack[StrategyOptions],
     ) -> None:
         super().__init__(threshold, **options)
@@ -186,6 +204,12 @@ class EdgeStrategy(SemiAsyncStrategy):
         self.average_passes = validate.number(
             "average_passes", average_passes, low=0.0, low_inclusive=False, allow_none=True
         )
+        self.serve_better = validate.boolean("serve_better", serve_better)
+        if self.serve_better and self.average_passes is None:
+            raise ConfigError(
+                "serve_better=True needs average_passes: it chooses between the global model "
+                "and its moving average"
+            )
         self.needs_bases = self.aggregate == "deltas"
 
     @classmethod
@@ -196,7 +220,8 @@ class EdgeStrategy(SemiAsyncStrategy):
 
         ``"edge"``: deltas from each update's base model with server lr 1.0 scaled by the
         buffer's mean ``1/sqrt(1 + tau)`` (``staleness_lr``), shares capped at 2.5 epochs of
-        each node's own data, the served model averaged over one pass (``average_passes``);
+        each node's own data, the served model averaged over one pass (``average_passes``)
+        or the global model when it scores better (``serve_better``);
         every seed mechanism stays on (match-ratio shares and rebalancing, threshold K,
         decayed weights, leave-one-out values sent back, the abandon rule, the convergence
         stop). ``"edge-seed"``: the seeds' rule exactly, model
@@ -287,5 +312,6 @@ class EdgeStrategy(SemiAsyncStrategy):
         return [
             f"aggregate: {self.aggregate}, server_lr {self.server_lr}, "
             f"staleness_lr {self.staleness_lr}",
-            f"served model: {served}",
+            f"served model: {served}"
+            + (" or the global model when it scores better" if self.serve_better else ""),
         ]

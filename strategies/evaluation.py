@@ -37,6 +37,7 @@ __all__ = [
     "Step",
     "check_metric_keys",
     "evaluate_served",
+    "serve_better_of",
     "to_record",
 ]
 
@@ -206,7 +207,12 @@ class ServerEvaluation:
 
 
 def evaluate_served(
-    loop: EventLoop, rnd: int, full: MetricRecord | None = None, *, dropped: bool = False
+    loop: EventLoop,
+    rnd: int,
+    full: MetricRecord | None = None,
+    *,
+    dropped: bool = False,
+    dropped_metric: float | None = None,
 ) -> tuple[MetricRecord | None, MetricRecord | None]:
     """Return the metrics of the loop's served model and of the full aggregate.
 
@@ -214,7 +220,11 @@ def evaluate_served(
     evaluated once; with one, the average is updated with the new global model and becomes
     the served model, and the aggregate is evaluated only when leave-one-out needs its
     metric. ``full``: the aggregate's metrics when already known (``drop_worst``);
-    ``dropped``: the global model is the aggregate without its worst update.
+    ``dropped``: the global model is the aggregate without its worst update, whose
+    valuation metric is ``dropped_metric`` when the leave-one-out evaluations gave it.
+
+    With ``serve_better`` the served model is whichever of the global model and the average
+    scores better on the valuation metric (:func:`serve_better_of`).
     """
     evaluation = loop.evaluation
     if loop.average is None:
@@ -228,7 +238,41 @@ def evaluate_served(
     if own is None and evaluation.enabled:
         own = evaluation.evaluate(rnd, loop.global_arrays)
     loop.served = loop.average.update(loop.global_arrays)
-    return evaluation.evaluate(rnd, loop.served), own
+    served = evaluation.evaluate(rnd, loop.served)
+    loop.serving_global = False
+    if not loop.strategy.serve_better:
+        return served, own
+    if dropped:
+        return serve_better_of(loop, rnd, served, None, dropped_metric), own
+    return serve_better_of(loop, rnd, served, own, None), own
+
+
+def serve_better_of(
+    loop: EventLoop,
+    rnd: int,
+    average: MetricRecord | None,
+    glob: MetricRecord | None,
+    glob_metric: float | None,
+) -> MetricRecord | None:
+    """Serve the global model instead of the average if it scores better; return its metrics.
+
+    ``glob``: the global model's metrics when known, else ``glob_metric``: its valuation
+    metric when known (``drop_worst``). The global model is evaluated only when neither is
+    known, or when it wins and its metrics are not known yet. A tie keeps the average.
+    """
+    evaluation = loop.evaluation
+    a = evaluation.metric(average)
+    if a is None or evaluation.evaluate_fn is None:
+        return average
+    if glob is None and glob_metric is None:
+        glob = evaluation.evaluate(rnd, loop.global_arrays)
+    g = evaluation.metric(glob) if glob is not None else glob_metric
+    sign = 1.0 if evaluation.config.higher_is_better else -1.0
+    if g is None or not sign * g > sign * a:
+        return average
+    loop.served = list(loop.global_arrays)
+    loop.serving_global = True
+    return glob if glob is not None else evaluation.evaluate(rnd, loop.global_arrays)
 
 
 class Step(NamedTuple):

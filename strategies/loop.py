@@ -170,6 +170,7 @@ class EventLoop:
         self.reported: dict[int, int] = {}  # latest accepted num-examples per node
         self.average: ModelAverage | None = None  # set once the federation's size is known
         self.served: list[NDArray] | None = None  # the average, when there is one
+        self.serving_global = False  # serve_better chose the global model at the last step
         self.result = Result(arrays=initial)
         self.start_time = 0.0
         self.abandoned_total = 0
@@ -422,7 +423,13 @@ class EventLoop:
         self.global_record = to_record(self.keys, self.global_arrays)
         self.versions[rnd] = self.global_arrays
         self._prune_versions()
-        metrics, own = evaluate_served(self, rnd, full, dropped=dropped is not None)
+        metrics, own = evaluate_served(
+            self,
+            rnd,
+            full,
+            dropped=dropped is not None,
+            dropped_metric=None if dropped is None or without is None else without[dropped],
+        )
         valued = self.evaluation.valuate(rnd, combined.total, len(updates), own, without)
         record = AggregationRecord.build(
             rnd, when - self.start_time, updates, weights, valued, metrics
@@ -436,13 +443,15 @@ class EventLoop:
         metrics_out.update(self.abandon.metrics())
         if self.evaluation.drops:
             metrics_out["dropped-updates"] = int(dropped is not None)
+        if self.average is not None and self.strategy.serve_better:
+            metrics_out["served-global"] = int(self.serving_global)
         self.result.train_metrics_clientapp[rnd] = metrics_out
         if metrics is not None:
             self.result.evaluate_metrics_serverapp[rnd] = metrics
         metric = self.evaluation.metric(metrics)
         log(
             INFO,
-            "[%s round %d] t=%.3f participants=%s staleness=%s weights=%s values=%s metric=%s%s",
+            "[%s round %d] t=%.3f participants=%s staleness=%s weights=%s values=%s metric=%s%s%s",
             self.name,
             rnd,
             record.time,
@@ -452,6 +461,7 @@ class EventLoop:
             [round(v, 4) for v in values],
             metric,
             "" if dropped is None else f" dropped=node {updates[dropped].node_id} (drop_worst)",
+            " served=global (serve_better)" if self.serving_global else "",
         )
         self.planner.rebalance(self.nodes.values())
         self.stopper.observe(self.evaluation.metric(metrics, self.stop_key))

@@ -54,6 +54,7 @@ def test_the_simulations_use_the_same_presets() -> None:
         "server_lr": sc.edge_server_lr,
         "staleness_lr": sc.edge_staleness_lr,
         "average_passes": sc.edge_average_passes,
+        "serve_better": sc.edge_serve_better,
     }
     assert scenario_edge == dict(PRESETS["edge"])
     assert sc.edge_max_epochs == 2.5

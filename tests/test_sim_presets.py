@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from flower_edge.errors import InputError
 from simulations.presets import (
     NOT_METHOD_OPTIONS,
     SEED_OPTIONS,
@@ -71,6 +72,8 @@ def test_a_run_with_the_seed_aggregation_on_edge_names_the_other_departures() ->
         "staleness_lr=True (seed: False)",  # the scenario's edge rule, not a SimSettings key
         "average_passes=1: the served model is the moving average of the global models over 1 "
         "pass(es) of the federation (seed: the global model)",
+        "serve_better=True: the served model is the global model instead of the average when "
+        "it scores better on the validation set's val-loss (seed: the global model)",
         f"shares capped at {MAX_SHARE_OVER_MEAN:g}x the mean (seed: uncapped)",
         "values and the stop on the server's validation set (300 training samples, val-loss; "
         "seed: the test set's accuracy)",
@@ -92,6 +95,7 @@ def test_edge_values_drops_and_stops_on_a_validation_set_never_the_test_set() ->
     assert edge.valuation.metric_key == "val-loss"
     assert not edge.valuation.higher_is_better
     assert edge.valuation.drop_worst
+    assert edge.serve_better
     evaluator = _Evaluator(s, lambda: 0.0, None)
     metrics = evaluator(0, evaluator.initial_arrays())
     assert set(metrics) == {"accuracy", "loss", "val-accuracy", "val-loss"}
@@ -107,9 +111,18 @@ def test_edge_values_drops_and_stops_on_a_validation_set_never_the_test_set() ->
         built = build_strategy(SimSettings.create("digits-20", name), VirtualClock())
         assert built.valuation.metric_key == "accuracy"
         assert not built.valuation.drop_worst
-    no_validation = replace(SCENARIOS["digits-20"], edge_validation=None, edge_drop_worst=False)
+    no_validation = replace(
+        SCENARIOS["digits-20"],
+        edge_validation=None,
+        edge_drop_worst=False,
+        edge_serve_better=False,
+    )
     plain = replace(SimSettings.create("digits-20", "edge"), scenario=no_validation)
-    assert build_strategy(plain, VirtualClock()).valuation.metric_key == "accuracy"
+    built_plain = build_strategy(plain, VirtualClock())
+    assert built_plain.valuation.metric_key == "accuracy"
+    assert not built_plain.serve_better  # the test set never chooses the served model
+    with pytest.raises(InputError, match="edge_serve_better needs edge_validation"):
+        replace(SCENARIOS["digits-20"], edge_validation=None, edge_drop_worst=False)
     assert not any("validation" in c for c in departures(plain))
 
 
