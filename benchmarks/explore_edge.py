@@ -57,8 +57,8 @@ strategy. A variant is ``label:JSON`` with any of these keys:
     "accuracy"`` scores by accuracy instead (a tie keeps the full step). Works for edge and
     FedBuff.
 ``serve_better``
-    Serve, after each aggregation, the better of the global model and its moving average
-    (``average_passes``) on the valuation metric (issue 10, session 10).
+    ``EdgeStrategy(serve_better=...)`` (issue 10, session 10: first explored here, now on in
+    the preset; ``false`` turns it off).
 ``scenario``
     Scenario fields for this variant (e.g. ``{"learning_rate": 0.05}``): a setting of the
     federation, the same whatever the strategy (issue 10, session 10).
@@ -427,7 +427,7 @@ def _change(s: Any, settings: SimSettings, variant: dict[str, Any]) -> None:
     """Apply the variant's loop, stop and aggregation settings to the built edge strategy."""
     if variant.get("nostop"):
         s.stop = StopConfig()
-    for key in ("server_lr", "threshold", "staleness_lr", "average_passes"):
+    for key in ("server_lr", "threshold", "staleness_lr", "average_passes", "serve_better"):
         if key in variant:
             setattr(s, key, variant[key])
     if "slice_budget" in variant:
@@ -442,27 +442,6 @@ def _change(s: Any, settings: SimSettings, variant: dict[str, Any]) -> None:
     if "anneal" in variant:
         start, floor = variant["anneal"]
         s.combine = _annealed(s, settings.rounds, float(start), float(floor))
-
-
-_ORIGINAL_SERVED = loop_module.evaluate_served
-
-
-def _serve_better(loop: Any, rnd: int, full: Any = None, *, dropped: bool = False) -> Any:
-    """evaluate_served that serves the better of the global model and its moving average
-    on the valuation metric (the server's validation set; never the test set)."""
-    metrics, own = _ORIGINAL_SERVED(loop, rnd, full, dropped=dropped)
-    if loop.average is None or metrics is None:
-        return metrics, own
-    ev = loop.evaluation
-    glob = own if own is not None and not dropped else ev.evaluate(rnd, loop.global_arrays)
-    g, a = ev.metric(glob), ev.metric(metrics)
-    if g is None or a is None:
-        return metrics, own
-    sign = 1.0 if ev.config.higher_is_better else -1.0
-    if sign * g > sign * a:
-        loop.served = list(loop.global_arrays)
-        return glob, own
-    return metrics, own
 
 
 def install(variant: dict[str, Any]) -> None:
@@ -492,9 +471,6 @@ def install(variant: dict[str, Any]) -> None:
             _line_search(s, settings, variant["line_search"])
         if "screen" in variant:
             _screen(s, settings, variant["screen"])
-        loop_module.evaluate_served = (
-            _serve_better if variant.get("serve_better") else _ORIGINAL_SERVED
-        )
         return s
 
     module.build_strategy = build

@@ -58,6 +58,7 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "edge-no-stop": {"post": {"stop": "off"}},  # the round budget only
     # the project's additions that use a seed mechanism (the leave-one-out values)
     "edge-no-drop": {"post": {"drop_worst": False}},  # every update aggregated
+    "edge-no-serve-better": {"post": {"serve_better": False}},  # always the average served
     # earlier explorations
     "edge-uniform-shares": {"shares": "uniform"},
     "edge-abandon-theta-0.15": {"theta": 0.15},

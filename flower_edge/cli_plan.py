@@ -26,8 +26,10 @@ Notes (stderr)
     A node rated more than :data:`SUSPECT_RATING` times the other nodes' median on a
     resource (a broken or dishonest profile is likelier than such a device), and a node whose
     observations give no time model (fewer than two distinct loads, a non-positive slope),
-    get one line each. ``--max-share-fraction Q`` caps every node at ``ceil(Q * F)`` samples,
-    as the strategy's ``ShareConfig.max_share_fraction`` does.
+    and a node with match ratio 0 (it gets no samples: e.g. rated on cpu alone on the
+    four-axis radar), get one line each. ``--max-share-fraction Q`` caps every node at
+    ``ceil(Q * F)`` samples, as the strategy's ``ShareConfig.max_share_fraction`` does (the
+    plan's default 1 is the seed's uncapped formula; the strategy's default is 0.5).
 
 The radar plot (``--plot``) belongs to the upper layer (``simulations.plots.plot_radar``,
 matplotlib); this module finds it through the entry-point group :data:`PLOTS_GROUP`, so
@@ -338,6 +340,23 @@ def _suspect_ratings(ids: Sequence[str], ev: NDArray[np.float64]) -> list[str]:
     return out
 
 
+def _no_area(
+    ids: Sequence[str], ev: NDArray[np.float64], ratios: NDArray[np.float64], dropped: bool
+) -> list[str]:
+    """Return a note for each node whose match ratio is 0 (it gets no samples)."""
+    out: list[str] = []
+    for d, node_id in enumerate(ids):
+        if ratios[d] > 0:
+            continue
+        rated = [r for i, r in enumerate(_RESOURCES) if ev[d, i] > 0]
+        hint = "" if dropped else "; rate all four resources or pass --drop-empty-axes"
+        out.append(
+            f"node {node_id}: match ratio 0, so no samples: rated on "
+            f"{', '.join(rated) if rated else 'no resource'}, which gives no radar area{hint}"
+        )
+    return out
+
+
 def build_plan(
     ids: Sequence[str],
     evaluations: Sequence[Sequence[float]],
@@ -358,7 +377,7 @@ def build_plan(
     ``max_share_fraction`` caps every node at ``ceil(q * total)`` samples (with its own
     capacity). ``notes`` (when given) receives one line per thing the plan worked around: a
     node's rating far above the others' (:data:`SUSPECT_RATING`), observations that give
-    no time model.
+    no time model, a node with match ratio 0.
 
     Returns
     -------
@@ -400,6 +419,8 @@ def build_plan(
             "memory-disk, disk-cpu; e.g. cpu alone, or cpu and memory) has no area"
             f"{hint}, or rate every node's cpu, gpu, memory and disk"
         )
+    if notes is not None and total > 0:
+        notes.extend(_no_area(ids, ev, ratios, drop_empty_axes))
     models, active = _time_models(ids, ratios, observations or {}, seconds_per_sample, notes)
     caps: list[int | None] = [c if a else 0 for c, a in zip(capacities, active, strict=True)]
     try:

@@ -29,6 +29,7 @@ from flower_edge.aggregation import WeightedSum, weighted_average
 from flower_edge.arrays import NDArray
 from flower_edge.errors import ConfigError, InputError
 from flower_edge.staleness import make_decay
+from strategies.checkpoint_options import CHECKPOINT_DIR_ENV, checkpoint_options
 from strategies.client_eval import ClientEvaluation, aggregate_evaluate_replies
 from strategies.clock import Clock, WallClock
 from strategies.config import (
@@ -202,6 +203,13 @@ class SemiAsyncStrategy(Strategy):
         self.clock: Clock = WallClock() if clock is None else clock
         if resume and checkpoint_dir is None:
             raise ConfigError("resume=True needs checkpoint_dir")
+        #: where the checkpoint folder came from: the keyword, or the ServerApp's environment
+        self.checkpoint_source = "checkpoint_dir"
+        if checkpoint_dir is None:  # the two-line change: the environment switch still works
+            from_env = checkpoint_options({}, os.environ)
+            checkpoint_dir = from_env.get("checkpoint_dir")
+            resume = from_env.get("resume", False)
+            self.checkpoint_source = CHECKPOINT_DIR_ENV
         self.checkpoint_dir = None if checkpoint_dir is None else _folder(checkpoint_dir)
         self.resume = resume
         self.history: list[AggregationRecord] = []
@@ -296,7 +304,15 @@ class SemiAsyncStrategy(Strategy):
         log(INFO, "\t├── stop: %s", self.stop)
         log(INFO, "\t├── abandon: %s", self.abandon if self.sends_values() else "off")
         log(INFO, "\t├── clock: %r", self.clock)
-        log(INFO, "\t├── checkpoint: %s (resume: %s)", self.checkpoint_dir, self.resume)
+        log(
+            INFO,
+            "\t├── checkpoint: %s (resume: %s)%s",
+            self.checkpoint_dir,
+            self.resume,
+            f" from {CHECKPOINT_DIR_ENV}"
+            if self.checkpoint_dir is not None and self.checkpoint_source == CHECKPOINT_DIR_ENV
+            else "",
+        )
         for line in self.summary_lines():
             log(INFO, "\t├── %s", line)
         if self.fraction_evaluate > 0:

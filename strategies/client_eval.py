@@ -1,12 +1,12 @@
 """Client-side evaluation, as Flower's strategies do it: ``fraction_evaluate`` of the nodes.
 
 After each aggregation ``r`` the loop sends an ``evaluate`` message with the new global model
-to ``max(min_evaluate_nodes, ceil(fraction_evaluate * nodes))`` nodes, drawn (seeded by ``r``)
-among the idle ones (no message out: one message per node holds for evaluation too, since
-Flower's simulation engine would run two messages to one node concurrently on snapshots of
-its state). Their replies are averaged by ``num-examples``, as Flower's ``FedAvg`` does, into
-``Result.evaluate_metrics_clientapp[r]``. ``fraction_evaluate = 0`` (the default) sends none
-and says so once in the log.
+to ``max(min_evaluate_nodes, int(fraction_evaluate * nodes))`` nodes (Flower's ``FedAvg``
+count), drawn (seeded by ``r``) among the idle ones (no message out: one message per node
+holds for evaluation too, since Flower's simulation engine would run two messages to one
+node concurrently on snapshots of its state). Their replies are averaged by
+``num-examples``, as Flower's ``FedAvg`` does, into ``Result.evaluate_metrics_clientapp[r]``.
+``fraction_evaluate = 0`` (the default) sends none and says so once in the log.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ class ClientEvaluation:
 
     def wanted(self, registered: int) -> int:
         """Return the nodes an evaluation round asks for, as Flower's FedAvg counts them."""
-        return max(self.min_nodes, math.ceil(self.fraction * registered))
+        return max(self.min_nodes, int(self.fraction * registered))
 
     def message(self, node_id: int, rnd: int, arrays: ArrayRecord) -> Message:
         """Build the evaluate message of round ``rnd`` for ``node_id``."""

@@ -289,11 +289,14 @@ class Dispatcher:
         pulled = self.drain(grace, poll)
         log(
             INFO,
-            "%s: %d messages were out at the end; jobs in slices stop at their slice end "
-            "(no next slice is sent); %d still out after waiting %.1f s of at most %.1f s (a "
+            "%s: %d %s out at the end; %s%d still out after waiting %.1f s of at most %.1f s (a "
             "whole job runs to its end on its node; its reply is dropped)",
             self.name,
             out,
+            "message was" if out == 1 else "messages were",
+            "jobs in slices stop at their slice end (no next slice is sent); "
+            if budget > 0
+            else "",
             len(self.inflight),
             self.clock.real_now() - started,
             grace,

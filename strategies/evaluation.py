@@ -207,26 +207,22 @@ class ServerEvaluation:
 
 
 def evaluate_served(
-    loop: EventLoop,
-    rnd: int,
-    full: MetricRecord | None = None,
-    *,
-    dropped: bool = False,
-    dropped_metric: float | None = None,
+    loop: EventLoop, rnd: int, step: Step
 ) -> tuple[MetricRecord | None, MetricRecord | None]:
     """Return the metrics of the loop's served model and of the full aggregate.
 
     Without a moving average (``average_passes``) the served model is the global model,
     evaluated once; with one, the average is updated with the new global model and becomes
     the served model, and the aggregate is evaluated only when leave-one-out needs its
-    metric. ``full``: the aggregate's metrics when already known (``drop_worst``);
-    ``dropped``: the global model is the aggregate without its worst update, whose
-    valuation metric is ``dropped_metric`` when the leave-one-out evaluations gave it.
+    metric. ``step.full``: the aggregate's metrics when already known (``drop_worst``);
+    ``step.dropped``: the global model is the aggregate without that update, whose
+    valuation metric the leave-one-out evaluations (``step.without``) gave.
 
     With ``serve_better`` the served model is whichever of the global model and the average
     scores better on the valuation metric (:func:`serve_better_of`).
     """
     evaluation = loop.evaluation
+    full, dropped = step.full, step.dropped is not None
     if loop.average is None:
         metrics = (
             full
@@ -242,8 +238,9 @@ def evaluate_served(
     loop.serving_global = False
     if not loop.strategy.serve_better:
         return served, own
-    if dropped:
-        return serve_better_of(loop, rnd, served, None, dropped_metric), own
+    if step.dropped is not None:
+        known = None if step.without is None else step.without[step.dropped]
+        return serve_better_of(loop, rnd, served, None, known), own
     return serve_better_of(loop, rnd, served, own, None), own
 
 

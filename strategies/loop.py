@@ -42,7 +42,7 @@ from logging import INFO, WARNING
 from typing import TYPE_CHECKING
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
@@ -183,6 +183,7 @@ class EventLoop:
         self.start_time = self.clock.now()  # times in the history count from here
         node_ids = self._register()
         resumed = resume_from_checkpoint(self, node_ids)
+        resumed_at = self.version
         if not resumed:
             metrics = self.evaluation.evaluate(0, self.global_arrays)
             if metrics is not None:
@@ -207,11 +208,12 @@ class EventLoop:
         reason = self.stopper.reason or "round budget"
         log(
             INFO,
-            "%s finished after %d aggregations (%s), %.3f s after the start",
+            "%s finished after %d aggregations (%s), %.3f s after the start%s",
             self.name,
             self.version,
             reason,
             self.clock.now() - self.start_time,
+            f" of the first run (this one resumed at round {resumed_at})" if resumed else "",
         )
         if self.store is not None and reason != STALLED:  # a later start is a new run
             self.store.mark_finished(self.version, reason, self.stopper.num_rounds)
@@ -423,13 +425,7 @@ class EventLoop:
         self.global_record = to_record(self.keys, self.global_arrays)
         self.versions[rnd] = self.global_arrays
         self._prune_versions()
-        metrics, own = evaluate_served(
-            self,
-            rnd,
-            full,
-            dropped=dropped is not None,
-            dropped_metric=None if dropped is None or without is None else without[dropped],
-        )
+        metrics, own = evaluate_served(self, rnd, step)
         valued = self.evaluation.valuate(rnd, combined.total, len(updates), own, without)
         record = AggregationRecord.build(
             rnd, when - self.start_time, updates, weights, valued, metrics
@@ -439,13 +435,7 @@ class EventLoop:
         self.client_eval.start_round(rnd, self.nodes.values(), self.global_record, self.dispatcher)
         self.evaluation.record_values(record)
         self.abandon.refresh_from(self.nodes.values(), self.evaluation)
-        metrics_out = train_metrics(record, updates, self.abandoned_total)
-        metrics_out.update(self.abandon.metrics())
-        if self.evaluation.drops:
-            metrics_out["dropped-updates"] = int(dropped is not None)
-        if self.average is not None and self.strategy.serve_better:
-            metrics_out["served-global"] = int(self.serving_global)
-        self.result.train_metrics_clientapp[rnd] = metrics_out
+        self.result.train_metrics_clientapp[rnd] = _round_metrics(self, record, updates, dropped)
         if metrics is not None:
             self.result.evaluate_metrics_serverapp[rnd] = metrics
         metric = self.evaluation.metric(metrics)
@@ -501,3 +491,16 @@ class EventLoop:
                 self.clock.now() - self.start_time, node_id, job_id, kind, version, samples, detail
             )
         )
+
+
+def _round_metrics(
+    loop: EventLoop, record: AggregationRecord, updates: list[Update], dropped: int | None
+) -> MetricRecord:
+    """Return an aggregation's train metrics: the record's, the abandon tally, the choices."""
+    out = train_metrics(record, updates, loop.abandoned_total)
+    out.update(loop.abandon.metrics())
+    if loop.evaluation.drops:
+        out["dropped-updates"] = int(dropped is not None)
+    if loop.average is not None and loop.strategy.serve_better:
+        out["served-global"] = int(loop.serving_global)
+    return out

@@ -355,3 +355,23 @@ def test_plan_keeps_four_axes_unless_asked(
     three = run_json([*argv, "--drop-empty-axes", "--json"], capsys)
     assert [n["samples"] for n in four["nodes"]] == [70, 30]
     assert [n["samples"] for n in three["nodes"]] == [63, 37]
+
+
+def test_plan_notes_a_node_that_gets_nothing_for_want_of_radar_area(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by a new-user probe: a node rated on cpu alone got 0 samples and nothing said so."""
+    full = {"cpu": 1.0, "gpu": 1.0, "memory": 1.0, "disk": 1.0}
+    nodes = [{"id": "a", "resources": {"cpu": 5.0}}, {"id": "b", "resources": full}]
+    profiles = write(tmp_path, "p.json", {"nodes": nodes})
+    base = ["plan", "--profiles", profiles, "--total-samples", "100", "--compute-share", "0.4"]
+    assert main([*base, "--json"]) == 0
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert [n["samples"] for n in doc["nodes"]] == [0, 100]
+    (note,) = [line for line in captured.err.splitlines() if ": note: " in line]
+    assert "node a: match ratio 0, so no samples: rated on cpu" in note
+    assert "--drop-empty-axes" in note
+    # F = 0 plans nothing, so there is nothing to say
+    assert main([*base[:4], "0", *base[5:], "--json"]) == 0
+    assert ": note: " not in capsys.readouterr().err

@@ -277,6 +277,38 @@ def test_the_two_line_change_checkpoints_and_a_restart_resumes(tmp_path: Path) -
     assert [h.to_json() for h in rerun.history[:4]] == [h.to_json() for h in full.history]
 
 
+def test_the_environment_switch_needs_no_third_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With only the two-line change (no checkpoint_options), FLOWER_EDGE_CHECKPOINT_DIR of the
+    ServerApp's process still turns checkpoints on, and the settings block says where from."""
+    from conftest import flwr_logs
+
+    monkeypatch.setenv("FLOWER_EDGE_CHECKPOINT_DIR", str(tmp_path))
+
+    def run(rounds: int) -> EdgeStrategy:
+        grid = InProcessGrid(ToyEdge(speeds=[10.0, 20.0, 40.0, 80.0]), 4)
+        strategy = EdgeStrategy(threshold=3, clock=VirtualClock(wall=ManualClock()), shares=SHARES)
+        strategy.start(grid, model(0.0), num_rounds=rounds, evaluate_fn=accuracy_fn())
+        return strategy
+
+    with flwr_logs() as caplog:
+        full = run(2)
+    assert f"checkpoint: {tmp_path} (resume: True) from FLOWER_EDGE_CHECKPOINT_DIR" in caplog.text
+    assert (tmp_path / STATE_FILE).is_file()
+    with flwr_logs() as caplog:
+        assert [h.round for h in run(3).history] == [1, 2, 3]  # resumed after round 2
+    assert "s after the start of the first run (this one resumed at round 2)" in caplog.text
+    assert len(full.history) == 2
+    # an explicit folder wins over the variable; without either there are none
+    other = tmp_path / "other"
+    assert EdgeStrategy(threshold=3, checkpoint_dir=other).checkpoint_dir == other
+    monkeypatch.setenv("FLOWER_EDGE_RESUME", "0")
+    assert EdgeStrategy(threshold=3).resume is False
+    monkeypatch.delenv("FLOWER_EDGE_CHECKPOINT_DIR")
+    assert EdgeStrategy(threshold=3).checkpoint_dir is None
+
+
 def test_the_final_line_gives_seconds_since_the_start() -> None:
     from conftest import flwr_logs
 

@@ -124,6 +124,6 @@ def test_the_end_of_a_run_sends_no_new_work_and_collects_the_last_slices() -> No
     assert not [e for e in strategy.events if e.kind == "sent" and e.time > end]
     # the slices still out at the end were collected (none left queued), and not answered
     assert grid.queued() == 0
-    assert "messages were out at the end; jobs in slices stop at their slice end" in caplog.text
+    assert "1 message was out at the end; jobs in slices stop at their slice end" in caplog.text
     assert "0 still out after waiting" in caplog.text
     assert "of at most 2.5 s" in caplog.text  # 1001: 2.5 s round trips
