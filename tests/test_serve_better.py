@@ -7,6 +7,9 @@ model and the EMA of the global models so far, on the valuation metric.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import pytest
 from conftest import ToyEdge, as_numpy, model
@@ -154,3 +157,37 @@ def test_without_evaluate_fn_the_average_is_served() -> None:
 def test_the_edge_preset_serves_the_better_model_and_the_seed_the_global_one() -> None:
     assert EdgeStrategy.preset("edge", threshold=2).serve_better is True
     assert EdgeStrategy.preset("edge-seed", threshold=2).serve_better is False
+
+
+def test_a_resumed_run_makes_the_same_choices(tmp_path: Path) -> None:
+    """Checkpoint and resume: the average and the global model are restored exactly, so the
+    choices after the resume are those of the run that never stopped (K = n - 1: no job in
+    flight at a checkpoint)."""
+
+    def run(rounds: int, resume: bool) -> Any:
+        strategy = EdgeStrategy(
+            threshold=3,
+            clock=VirtualClock(wall=ManualClock()),
+            shares=SHARES,
+            aggregate="deltas",
+            stop=StopConfig(),
+            average_passes=2.0,
+            serve_better=True,
+            checkpoint_dir=tmp_path / ("ckpt" if resume or rounds == 3 else "whole"),
+            resume=resume,
+        )
+        grid = InProcessGrid(ToyEdge(speeds=[10.0, 20.0, 40.0, 80.0]), 4)
+
+        def evaluate(rnd: int, arrays: ArrayRecord) -> MetricRecord:
+            return MetricRecord({"accuracy": _score(arrays["w"].numpy())})
+
+        return strategy.start(grid, model(0.0), num_rounds=rounds, evaluate_fn=evaluate)
+
+    whole = run(8, False)
+    run(3, False)
+    resumed = run(8, True)
+    assert resumed.evaluate_metrics_serverapp == whole.evaluate_metrics_serverapp
+    served = [m.get("served-global") for m in whole.train_metrics_clientapp.values()]
+    assert served == [m.get("served-global") for m in resumed.train_metrics_clientapp.values()]
+    for a, b in zip(as_numpy(whole.arrays), as_numpy(resumed.arrays), strict=True):
+        assert a.tobytes() == b.tobytes()

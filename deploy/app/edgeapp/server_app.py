@@ -12,9 +12,10 @@ served MLP (0.40), slices give busy nodes preemption points, the abandon rule's 
 derived from the live scores unless ``theta`` >= 0 is in the run config, and the run stops on a
 plateau (``patience``) or at ``target-accuracy`` (both on the test accuracy). With ``"edge"`` the
 reported accuracy and the final model are those of the served model, the moving average of the
-global models over one pass of the federation (``average_passes``); the nodes train from the
-global model itself; and the server values participants and drops an aggregation's worst
-update (``drop_worst``) on its own validation set, :data:`VALIDATION_SAMPLES` training-pool
+global models over one pass of the federation (``average_passes``), or the global model when
+its validation loss is lower (``serve_better``); the nodes train from the global model
+itself; and the server values participants and drops an aggregation's worst update
+(``drop_worst``) on its own validation set, :data:`VALIDATION_SAMPLES` training-pool
 samples (``val-loss``), never on the test set it reports.
 """
 
