@@ -193,8 +193,16 @@ def test_progress_reports_the_served_accuracy_of_each_round(strategy: str) -> No
         assert f"edge: left out its worst update in {dropped} of 6 aggregations" in summary_table(
             [r]
         )
+        served = r.to_dict()["served_global"]  # serve_better is on in the preset, and reported
+        assert isinstance(served, int)
+        assert 0 <= served <= 6
+        assert (
+            f"edge: served the global model instead of its average after {served} of 6 "
+            "aggregations" in summary_table([r])
+        )
     else:
         assert r.to_dict()["dropped_updates"] is None
+        assert r.to_dict()["served_global"] is None
 
 
 def test_the_simulation_client_trains_on_one_thread_whatever_the_engine_gives() -> None:

@@ -31,6 +31,7 @@ CONTRACT_KEYS = {
     "description",
     "abandon",
     "dropped_updates",
+    "served_global",
     "history",
 }
 HISTORY_KEYS = {"virtual_time", "round", "accuracy", "participants", "mean_staleness"}
