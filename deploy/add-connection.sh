@@ -18,7 +18,7 @@ usage() { sed -n '6,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 # shellcheck source=deploy/checks.sh
 source "$here/checks.sh"
 case "${1:-}" in -h|--help) sed -n '6,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
-[ "$#" -ge 3 ] || usage
+[ "$#" -ge 2 ] || { echo "add-connection: give NAME and HOST:PORT" >&2; usage; }
 name="$1"; address="$2"; shift 2
 case "$name" in
   ''|*[!A-Za-z0-9_.-]*) echo "add-connection: NAME must be letters, digits, '.', '_' or '-', got '$name'" >&2; exit 2 ;;

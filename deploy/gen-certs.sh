@@ -19,6 +19,7 @@ out="certificates"
 nodes=4
 bits=4096
 sans=()
+case "${1:-}" in --help) sed -n '2,16p' "$0"; exit 0 ;; esac
 while getopts "o:n:s:b:h" opt; do
   case "$opt" in
     o) out="$OPTARG" ;;
@@ -37,7 +38,7 @@ if [ "$nodes" -gt 0 ]; then
   command -v ssh-keygen >/dev/null || { echo "gen-certs: ssh-keygen not found (needed for node keys; use -n 0 to skip)" >&2; exit 1; }
 fi
 
-mkdir -p "$out/keys"
+mkdir -p "$out/keys" 2>/dev/null || { echo "gen-certs: cannot create -o '$out'" >&2; exit 2; }
 rm -f "$out"/ca.* "$out"/server.* "$out"/keys/supernode-*
 conf="$out/certificate.conf"
 {

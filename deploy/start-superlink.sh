@@ -72,7 +72,9 @@ if [ "$in_memory" = 1 ]; then
   echo "start-superlink: state in memory: SuperNodes end if this SuperLink restarts" >&2
 else
   database="${database:-superlink-$port.db}"
-  mkdir -p "$(dirname "$database")"
+  mkdir -p "$(dirname "$database")" 2>/dev/null || {
+    echo "start-superlink: cannot create the folder of --database '$database'" >&2; exit 2
+  }
   echo "start-superlink: state in $database (restart with the same --database and --port and the SuperNodes stay connected)" >&2
   args+=(--database "$database")
 fi

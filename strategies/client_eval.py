@@ -12,7 +12,7 @@ node concurrently on snapshots of its state). Their replies are averaged by
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from logging import INFO, WARNING
 
 import numpy as np
@@ -36,18 +36,23 @@ def _weight(value: object) -> int | None:
     return int(value)
 
 
-def aggregate_evaluate_replies(replies: Iterable[Message]) -> MetricRecord | None:
+def aggregate_evaluate_replies(
+    replies: Iterable[Message], asked: Mapping[str, int] | None = None
+) -> MetricRecord | None:
     """Average the numeric metrics of valid evaluate replies, weighted by ``num-examples``.
 
-    Error replies and replies without a positive ``num-examples`` are skipped (logged).
+    Error replies and replies without a positive ``num-examples`` are skipped (logged, with
+    the node ``asked`` maps the replied-to message id to: an error reply made by the
+    SuperLink, e.g. for a node that is gone, carries the SuperLink's id as its source).
     Returns ``None`` when no reply is usable.
     """
     sums: dict[str, float] = {}
     total = 0
     for msg in replies:
+        node = (asked or {}).get(msg.metadata.reply_to_message_id, msg.metadata.src_node_id)
         if msg.has_error() or not msg.has_content():
             reason = short_error(msg.error.reason or "") if msg.has_error() else "no content"
-            log(WARNING, "evaluate reply of node %s skipped: %s", msg.metadata.src_node_id, reason)
+            log(WARNING, "evaluate reply of node %s skipped: %s", node, reason)
             continue
         records = list(msg.content.metric_records.values())
         metrics = msg.content.metric_records.get(wire.METRICS, records[0] if records else None)
@@ -58,7 +63,7 @@ def aggregate_evaluate_replies(replies: Iterable[Message]) -> MetricRecord | Non
                 WARNING,
                 "evaluate reply of node %s skipped: %s must be an integer > 0 (as train "
                 "replies: 140 or 140.0), got %r",
-                msg.metadata.src_node_id,
+                node,
                 wire.NUM_EXAMPLES,
                 got,
             )
@@ -102,8 +107,9 @@ class ClientEvaluation:
         self.config = config
         self.timeout = timeout
         self.rounds: dict[str, int] = {}  # message id -> round
+        self.asked: dict[str, int] = {}  # message id -> the node it went to
         self.replies_in: dict[str, Message] = {}  # pulled, not yet processed
-        self.replies: dict[int, list[Message]] = {}
+        self.replies: dict[int, list[tuple[Message, int]]] = {}  # round -> (reply, node asked)
         self.expected: dict[int, int] = {}
         self.short_noted = False  # the "fewer idle nodes than wanted" line is logged once
 
@@ -136,9 +142,10 @@ class ClientEvaluation:
         content = RecordDict({wire.ARRAYS: arrays, wire.CONFIG: cfg})
         return Message(content, node_id, MessageType.EVALUATE, ttl=self.timeout, group_id=str(rnd))
 
-    def sent(self, message_id: str, rnd: int) -> None:
-        """Track an accepted evaluate message of round ``rnd``."""
+    def sent(self, message_id: str, rnd: int, node_id: int) -> None:
+        """Track an accepted evaluate message of round ``rnd`` to ``node_id``."""
         self.rounds[message_id] = rnd
+        self.asked[message_id] = node_id
         self.expected[rnd] = self.expected.get(rnd, 0) + 1
 
     def owns(self, message_id: str) -> bool:
@@ -148,8 +155,9 @@ class ClientEvaluation:
     def received(self, reply: Message | None, message_id: str) -> int | None:
         """Take the reply (``None``: lost) to ``message_id``; return its round once complete."""
         rnd = self.rounds.pop(message_id)
+        node_id = self.asked.pop(message_id)
         if reply is not None:
-            self.replies.setdefault(rnd, []).append(reply)
+            self.replies.setdefault(rnd, []).append((reply, node_id))
         self.expected[rnd] -= 1
         return rnd if self.expected[rnd] == 0 else None
 
@@ -175,7 +183,7 @@ class ClientEvaluation:
             )
         messages = [self.message(n, rnd, arrays) for n in chosen]
         for message_id, node_id in dispatcher.push_plain(messages, [idle[n] for n in chosen]):
-            self.sent(message_id, rnd)
+            self.sent(message_id, rnd, node_id)
             dispatcher.record(node_id, -1, "sent", rnd)  # job -1: an evaluation
 
     def take(self, message_id: str) -> tuple[int, MetricRecord] | None:
@@ -187,4 +195,6 @@ class ClientEvaluation:
     def result(self, rnd: int) -> MetricRecord | None:
         """Return the aggregated metrics of round ``rnd`` (and forget its replies)."""
         self.expected.pop(rnd, None)
-        return aggregate_evaluate_replies(self.replies.pop(rnd, []))
+        replies = self.replies.pop(rnd, [])
+        asked = {m.metadata.reply_to_message_id: node for m, node in replies}
+        return aggregate_evaluate_replies([m for m, _ in replies], asked)

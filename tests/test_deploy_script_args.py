@@ -37,6 +37,11 @@ def test_help_prints_the_usage_and_exits_0(script: str) -> None:
         ("add-connection.sh", ["bad name", "127.0.0.1:9093", "--insecure"], "NAME must be"),
         ("add-connection.sh", ["ok", "nohost", "--insecure"], "ADDRESS must be HOST:PORT"),
         ("add-connection.sh", ["ok", "127.0.0.1:9093", "--ca", "/nonexistent"], "cannot read --ca"),
+        # found by a deployment probe: these printed only the usage, or a raw mkdir error
+        ("add-connection.sh", ["ok", "127.0.0.1:9093"], "give exactly one of --insecure and --ca"),
+        ("add-connection.sh", ["ok", "127.0.0.1"], "ADDRESS must be HOST:PORT"),
+        ("add-connection.sh", ["ok"], "give NAME and HOST:PORT"),
+        ("gen-certs.sh", ["-o", "/proc/flower-edge-nope"], "gen-certs: cannot create -o"),
     ],
 )
 def test_bad_arguments_exit_2_naming_the_option(script: str, args: list[str], message: str) -> None:
@@ -44,6 +49,24 @@ def test_bad_arguments_exit_2_naming_the_option(script: str, args: list[str], me
     assert done.returncode == 2
     assert message in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_gen_certs_help_prints_the_usage_and_exits_0() -> None:
+    for flag in ("--help", "-h"):
+        done = _run("gen-certs.sh", flag)
+        assert done.returncode == 0
+        assert "-o OUTDIR" in done.stdout
+
+
+def test_a_database_folder_that_cannot_be_made_exits_2() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = _run(
+        "start-superlink.sh", "--insecure", "--port", str(port), "--database", "/proc/x/s.db"
+    )
+    assert done.returncode == 2
+    assert "start-superlink: cannot create the folder of --database" in done.stderr
 
 
 WHOLE = "partition-id and num-partitions must both be given as whole numbers"

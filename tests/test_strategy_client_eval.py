@@ -192,3 +192,24 @@ def test_client_side_evaluation_metrics_survive_a_resume(tmp_path: Path) -> None
         assert dict(resumed.evaluate_metrics_clientapp[rnd]) == dict(
             first.evaluate_metrics_clientapp[rnd]
         )
+
+
+def test_an_error_reply_made_by_the_superlink_names_the_node_that_was_asked() -> None:
+    """Found by a deployment probe: the SuperLink's "Node Unavailable" reply carries the
+    SuperLink's id (1) as its source; the log named "node 1", not the node asked."""
+    from flwr.app import Error
+
+    from strategies.client_eval import ClientEvaluation
+
+    evaluation = ClientEvaluation(1.0, 1, ConfigRecord({}), timeout=60.0)
+    query = Message(RecordDict({}), 5566619429570181239, "evaluate")
+    evaluation.sent(query.metadata.message_id, 1, 5566619429570181239)
+    reply = Message(Error(5, "Error: Node Unavailable"), reply_to=query)
+    reply.metadata.__dict__["_src_node_id"] = 1  # as the SuperLink sends it (no setter)
+    with flwr_logs() as caplog:
+        assert evaluation.received(reply, query.metadata.message_id) == 1
+        assert evaluation.result(1) is None
+    assert "evaluate reply of node 5566619429570181239 skipped: Error: Node Unavailable" in (
+        caplog.text
+    )
+    assert "node 1 " not in caplog.text
