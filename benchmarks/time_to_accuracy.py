@@ -152,6 +152,7 @@ def _row(label: str, r: RunResult, extra: dict[str, Any] | None = None) -> dict[
         "job_balance": r.extras.get("job_balance"),
         "samples_processed": r.extras.get("samples_processed"),
         "dropped_updates": r.extras.get("dropped_updates"),
+        "served_global": r.extras.get("served_global"),
         "abandon": dict(getattr(r, "abandon", {}) or {}),
         "description": getattr(r, "description", ""),
         "load_average": os.getloadavg(),
