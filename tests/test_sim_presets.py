@@ -233,3 +233,46 @@ def test_several_ray_runs_share_one_ray_session() -> None:
     assert ray.shutdown is real
     with shared_ray_session("ray", 1), shared_ray_session("inprocess", 5):
         assert ray.shutdown is real  # one run, or no Ray: nothing to share
+
+
+def test_the_engine_picks_up_pushed_messages_sooner_and_is_restored() -> None:
+    """``quick_engine_poll`` swaps Flower's 0.1 s look for pushed messages for a shorter one,
+    with Flower's loop otherwise unchanged: every node's pushed message reaches the queue."""
+    import queue
+    import threading
+
+    from flwr.server.superlink.fleet.vce import vce_api
+
+    from flower_edge.errors import ConfigError
+    from simulations.runner import ENGINE_POLL_SECONDS, quick_engine_poll
+
+    class State:
+        def __init__(self) -> None:
+            self.pending = {1: ["a"], 2: ["b", "c"], 3: []}
+            self.looks = 0
+
+        def get_message_ins(self, node_id: int, limit: int) -> list[str]:
+            self.looks += 1
+            out, self.pending[node_id] = (
+                self.pending[node_id][:limit],
+                self.pending[node_id][limit:],
+            )
+            return out
+
+    original = vce_api.add_messages_to_queue
+    assert ENGINE_POLL_SECONDS < 0.1
+    with quick_engine_poll():
+        patched = vce_api.add_messages_to_queue
+        assert patched is not original
+        state, got, stop = State(), queue.Queue(), threading.Event()  # type: ignore[var-annotated]
+        thread = threading.Thread(target=patched, args=(state, got, {1: 0, 2: 1, 3: 2}, stop))
+        thread.start()
+        items = sorted(got.get(timeout=5) for _ in range(3))
+        stop.set()
+        thread.join(timeout=5)
+        assert items == ["a", "b", "c"]
+        assert not thread.is_alive()
+    assert vce_api.add_messages_to_queue is original
+    with pytest.raises(ConfigError, match="seconds"), quick_engine_poll(0.0):
+        pass
+    assert vce_api.add_messages_to_queue is original
