@@ -10,7 +10,7 @@ import math
 import time
 from collections.abc import Callable
 from logging import INFO
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from simulations.nodes import build_task, compute_share, devices_for, samples_per_round
 from simulations.presets import VALIDATION_METRIC, describe
@@ -103,6 +103,11 @@ class _Evaluator:
 ProgressFn = Callable[[int, int, float, float], None]
 
 
+#: a simulation's strategies keep no checkpoints, whatever FLOWER_EDGE_CHECKPOINT_DIR says:
+#: the runs of one ``flower-edge simulate`` (strategies, seeds) would share its folder
+NO_CHECKPOINTS: Final = ""
+
+
 def build_strategy(settings: SimSettings, clock: Any) -> Strategy:
     """Return the strategy of ``settings`` on ``clock`` (a VirtualClock)."""
     sc = settings.scenario
@@ -141,12 +146,15 @@ def build_strategy(settings: SimSettings, clock: Any) -> Strategy:
             shares=shares,
             abandon=AbandonConfig(alpha=settings.alpha, theta=settings.theta),
             clock=clock,
+            checkpoint_dir=NO_CHECKPOINTS,
             **edge_options(settings),
         )
     # the baselines keep their own defaults: equal shares, no values
     if settings.strategy == "fedbuff":
-        return strategies.FedBuff(threshold=sc.threshold, loop=loop, clock=clock)
-    return strategies.FedAsync(loop=loop, clock=clock)
+        return strategies.FedBuff(
+            threshold=sc.threshold, loop=loop, clock=clock, checkpoint_dir=NO_CHECKPOINTS
+        )
+    return strategies.FedAsync(loop=loop, clock=clock, checkpoint_dir=NO_CHECKPOINTS)
 
 
 def run_server(grid: Grid, settings: SimSettings, progress: ProgressFn | None = None) -> RunResult:

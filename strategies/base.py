@@ -142,9 +142,13 @@ class SemiAsyncStrategy(Strategy):
     clock : Clock, optional
         Time source (default: :class:`~strategies.clock.WallClock`).
     checkpoint_dir : path, optional
-        Folder for a checkpoint after each aggregation (and the audit log).
+        Folder for a checkpoint after each aggregation (and the audit log). ``None`` (the
+        default) reads ``FLOWER_EDGE_CHECKPOINT_DIR`` and ``FLOWER_EDGE_RESUME`` of the
+        ServerApp's environment (:func:`strategies.checkpoint_options`); ``""``: no
+        checkpoints, whatever the environment says.
     resume : bool (default: False)
-        Continue from the checkpoint in ``checkpoint_dir`` if there is one.
+        Continue from the checkpoint in ``checkpoint_dir`` if there is one (with a folder from
+        the environment: on unless ``FLOWER_EDGE_RESUME`` turns it off).
     fraction_evaluate : float (default: 0.0)
         Client-side evaluation as Flower's strategies do it: after each aggregation, this
         fraction of the nodes (at least ``min_evaluate_nodes``, idle ones only) gets an
@@ -201,11 +205,14 @@ class SemiAsyncStrategy(Strategy):
         if clock is not None and not isinstance(clock, Clock):
             raise ConfigError(f"clock must be a strategies Clock, got {type(clock).__name__}")
         self.clock: Clock = WallClock() if clock is None else clock
+        off = isinstance(checkpoint_dir, str) and checkpoint_dir == ""  # explicitly none
+        if off:
+            checkpoint_dir = None
         if resume and checkpoint_dir is None:
             raise ConfigError("resume=True needs checkpoint_dir")
         #: where the checkpoint folder came from: the keyword, or the ServerApp's environment
         self.checkpoint_source = "checkpoint_dir"
-        if checkpoint_dir is None:  # the two-line change: the environment switch still works
+        if checkpoint_dir is None and not off:  # the two-line change: the environment switch
             from_env = checkpoint_options({}, os.environ)
             checkpoint_dir = from_env.get("checkpoint_dir")
             resume = from_env.get("resume", False)

@@ -305,6 +305,16 @@ def test_the_environment_switch_needs_no_third_line(
     assert EdgeStrategy(threshold=3, checkpoint_dir=other).checkpoint_dir == other
     monkeypatch.setenv("FLOWER_EDGE_RESUME", "0")
     assert EdgeStrategy(threshold=3).resume is False
+    assert EdgeStrategy(threshold=3, checkpoint_dir="").checkpoint_dir is None  # explicitly off
+    with pytest.raises(ConfigError, match="resume=True needs checkpoint_dir"):
+        EdgeStrategy(threshold=3, checkpoint_dir="", resume=True)
+    # a simulation's strategies never checkpoint: its runs would share the folder
+    from simulations.app import SimSettings
+    from simulations.server import build_strategy
+
+    for name in ("edge", "edge-seed", "fedbuff", "fedasync"):
+        built = build_strategy(SimSettings.create("digits-20", name), VirtualClock())
+        assert built.checkpoint_dir is None
     monkeypatch.delenv("FLOWER_EDGE_CHECKPOINT_DIR")
     assert EdgeStrategy(threshold=3).checkpoint_dir is None
 
