@@ -205,7 +205,7 @@ class SemiAsyncStrategy(Strategy):
         if clock is not None and not isinstance(clock, Clock):
             raise ConfigError(f"clock must be a strategies Clock, got {type(clock).__name__}")
         self.clock: Clock = WallClock() if clock is None else clock
-        off = isinstance(checkpoint_dir, str) and checkpoint_dir == ""  # explicitly none
+        off = checkpoint_dir == ""  # explicitly none, whatever the environment says
         if off:
             checkpoint_dir = None
         if resume and checkpoint_dir is None:

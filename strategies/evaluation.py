@@ -238,7 +238,7 @@ def evaluate_served(
     loop.serving_global = False
     if not loop.strategy.serve_better:
         return served, own
-    if step.dropped is not None:
+    if step.dropped is not None:  # (``dropped``, narrowed for the index)
         known = None if step.without is None else step.without[step.dropped]
         return serve_better_of(loop, rnd, served, None, known), own
     return serve_better_of(loop, rnd, served, own, None), own
@@ -259,7 +259,7 @@ def serve_better_of(
     """
     evaluation = loop.evaluation
     a = evaluation.metric(average)
-    if a is None or evaluation.evaluate_fn is None:
+    if a is None:  # no evaluate_fn, or no valuation metric in its answer
         return average
     if glob is None and glob_metric is None:
         glob = evaluation.evaluate(rnd, loop.global_arrays)

@@ -41,6 +41,8 @@ def _run(  # type: ignore[no-untyped-def]
     valuation: ValuationConfig | None = None,
     loss: bool = False,
     rounds: int = 8,
+    threshold: int = 1,
+    **options: Any,
 ):
     calls: list[int] = []
 
@@ -50,7 +52,7 @@ def _run(  # type: ignore[no-untyped-def]
         return MetricRecord({"accuracy": s, "val-loss": 1.0 - s} if loss else {"accuracy": s})
 
     strategy = EdgeStrategy(
-        threshold=1,
+        threshold=threshold,
         clock=VirtualClock(wall=ManualClock()),
         shares=SHARES,
         aggregate="deltas",
@@ -58,6 +60,7 @@ def _run(  # type: ignore[no-untyped-def]
         average_passes=2.0,
         serve_better=serve_better,
         **({} if valuation is None else {"valuation": valuation}),
+        **options,
     )
     grid = InProcessGrid(ToyEdge(speeds=[10.0, 20.0, 40.0, 80.0]), 4)
     result = strategy.start(grid, model(0.0), num_rounds=rounds, evaluate_fn=evaluate)
@@ -165,23 +168,9 @@ def test_a_resumed_run_makes_the_same_choices(tmp_path: Path) -> None:
     flight at a checkpoint)."""
 
     def run(rounds: int, resume: bool) -> Any:
-        strategy = EdgeStrategy(
-            threshold=3,
-            clock=VirtualClock(wall=ManualClock()),
-            shares=SHARES,
-            aggregate="deltas",
-            stop=StopConfig(),
-            average_passes=2.0,
-            serve_better=True,
-            checkpoint_dir=tmp_path / ("ckpt" if resume or rounds == 3 else "whole"),
-            resume=resume,
-        )
-        grid = InProcessGrid(ToyEdge(speeds=[10.0, 20.0, 40.0, 80.0]), 4)
-
-        def evaluate(rnd: int, arrays: ArrayRecord) -> MetricRecord:
-            return MetricRecord({"accuracy": _score(arrays["w"].numpy())})
-
-        return strategy.start(grid, model(0.0), num_rounds=rounds, evaluate_fn=evaluate)
+        folder = tmp_path / ("ckpt" if resume or rounds == 3 else "whole")
+        _, result, _ = _run(True, rounds=rounds, threshold=3, checkpoint_dir=folder, resume=resume)
+        return result
 
     whole = run(8, False)
     run(3, False)
