@@ -215,6 +215,11 @@ def initial_shares(
     cap = np.asarray(_check_capacities(capacities, n))
     if total == 0:
         return (0,) * n
+    if not (m > 0).any():
+        raise InputError(
+            f"ratios: no node has a match ratio > 0, so total={total} samples cannot be split "
+            "by match ratio (f_d = F m_d / sum m)"
+        )
     usable = (m > 0) & (cap > 0)
     held = float(cap[usable].sum())
     if not usable.any() or held < total:

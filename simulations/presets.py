@@ -76,11 +76,14 @@ NOT_METHOD_OPTIONS: Final = frozenset(
 #: what the seed prescribes, for the descriptions
 SEED_TEXT: Final = (
     "the seeds exactly: model averaging sum w_i x_i / sum w_i, uncapped shares "
-    "F m_d / sum m, four radar axes, leave-one-out values"
+    "F m_d / sum m (none for a match ratio of 0), four radar axes, leave-one-out values"
 )
 #: the choices the seeds leave open ("preset"), the same in both presets
 PRESET_TEXT: Final = (
-    "R = sqrt(m / max m) x availability, unvalued V = mean value, theta = median live score"
+    "R = sqrt(m / max m) x availability, unvalued V = mean value, theta = median live score, "
+    "negative leave-one-out contributions count as 0 before the ratio (the seed's "
+    "contribution over total contribution presumes none is negative), the delay from the "
+    "send time of the global model the update started from"
 )
 
 
@@ -160,6 +163,8 @@ def departures(settings: SimSettings) -> list[str]:
         out.append("equal shares, no rebalancing (seed: match-ratio shares)")
     elif MAX_SHARE_OVER_MEAN * 1.0 / settings.scenario.num_clients < 1.0:
         out.append(f"shares capped at {MAX_SHARE_OVER_MEAN:g}x the mean (seed: uncapped)")
+    if settings.shares != "uniform":
+        out.append("a node of match ratio 0 trains F / n samples (seed: none)")
     sc = settings.scenario
     if sc.edge_validation is not None:
         out.append(

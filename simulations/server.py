@@ -136,6 +136,8 @@ def build_strategy(settings: SimSettings, clock: Any) -> Strategy:
         max_share_fraction=min(1.0, MAX_SHARE_OVER_MEAN / sc.num_clients) if capped else 1.0,
         # edge: never more than edge_max_epochs epochs of a node's own data (issue 10)
         max_epochs=sc.edge_max_epochs if settings.strategy == "edge" else None,
+        # the seed gives a node of match ratio 0 no samples; edge gives it F / n
+        zero_ratio="none" if settings.strategy == "edge-seed" else "equal",
     )
     if settings.strategy in EDGE_PRESETS:
         return strategies.EdgeStrategy(

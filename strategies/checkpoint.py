@@ -327,11 +327,14 @@ class NodeState:
     ratio: float
     profiled: bool
     observations: tuple[tuple[float, float], ...]
+    planned_out: bool = False
 
     @classmethod
     def of(cls, node: Node) -> NodeState:
         """Return the state of ``node``."""
-        return cls(node.share, node.ratio, node.profiled, tuple(node.observations))
+        return cls(
+            node.share, node.ratio, node.profiled, tuple(node.observations), node.planned_out
+        )
 
     def apply_to(self, node: Node) -> None:
         """Restore this state into ``node``."""
@@ -339,6 +342,7 @@ class NodeState:
         node.ratio = self.ratio
         node.profiled = self.profiled
         node.observations = list(self.observations)
+        node.planned_out = self.planned_out
 
 
 @dataclass(frozen=True)
@@ -421,6 +425,7 @@ class RunState:
                     "ratio": n.ratio,
                     "profiled": n.profiled,
                     "observations": [list(o) for o in n.observations],
+                    "planned_out": n.planned_out,
                 }
                 for k, n in self.nodes.items()
             },
@@ -457,6 +462,7 @@ class RunState:
                         ratio=float(n["ratio"]),
                         profiled=bool(n["profiled"]),
                         observations=tuple((float(f), float(t)) for f, t in n["observations"]),
+                        planned_out=bool(n.get("planned_out", False)),  # absent before 12-02
                     )
                     for k, n in data["nodes"].items()
                 },

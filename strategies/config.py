@@ -26,6 +26,7 @@ __all__ = [
     "REBALANCE_METHODS",
     "VALUATION_MODES",
     "WEIGHT_BASES",
+    "ZERO_RATIOS",
     "AbandonConfig",
     "LoopConfig",
     "RebalanceMethod",
@@ -34,10 +35,14 @@ __all__ = [
     "ValuationConfig",
     "ValuationMode",
     "WeightBasis",
+    "ZeroRatio",
 ]
 
 RebalanceMethod = Literal["seed", "optimal", "off"]
 REBALANCE_METHODS: tuple[str, ...] = get_args(RebalanceMethod)
+ZeroRatio = Literal["equal", "none"]
+#: what a profiled node whose match ratio is 0 trains (``ShareConfig.zero_ratio``)
+ZERO_RATIOS: tuple[str, ...] = get_args(ZeroRatio)
 ValuationMode = Literal["loo", "first-order", "off"]
 VALUATION_MODES: tuple[str, ...] = get_args(ValuationMode)
 WeightBasis = Literal["share", "num-examples", "uniform"]
@@ -191,6 +196,14 @@ class ShareConfig:
     drop_empty_axes : bool (default: False)
         Leave a resource axis on which no node scores out of the radar chart (the seed keeps
         all four; see :func:`flower_edge.radar.radar_chart`).
+    zero_ratio : {"equal", "none"} (default: "equal")
+        The share of a profiled node whose match ratio is 0 (its radar polygon has no area,
+        e.g. it scores 0 on two neighbouring axes). ``"none"``: the seed's
+        ``f_d = F m_d / sum m = 0``, the node gets no training job (the ``edge-seed``
+        preset). ``"equal"``: ``F / n`` like a node without a profile, so that its data still
+        takes part (logged as a WARNING that names the node). Either way a node that a plan
+        or a rebalancing leaves with 0 samples out of a positive total gets no job: 0
+        samples means it does not train (:mod:`flower_edge.allocation`).
     max_share_fraction : float (default: 0.5)
         Cap on any node's share as a fraction of the total, against absurd profile claims;
         in ``(0, 1]`` and at least ``1 / number of nodes``.
@@ -207,8 +220,8 @@ class ShareConfig:
         After each aggregation refit ``T = k f + b`` per node and move samples (seed 000
         step 9, or the equal-finish optimum).
     weight_by : {"share", "num-examples", "uniform"} (default: "share")
-        ``c_i``: the job's sample share (the seed's default), the reported ``num-examples``,
-        or 1.
+        ``c_i``: the job's sample share (the seed names a weight coefficient and leaves it
+        open; the share is this project's choice), the reported ``num-examples``, or 1.
     absurd_factor : float (default: 100.0)
         Reject a finished update claiming more than ``absurd_factor`` times its share of
         examples (when the share is known).
@@ -224,6 +237,7 @@ class ShareConfig:
     input_shape: tuple[int, ...] | None = None
     order_invariant: bool = False
     drop_empty_axes: bool = False
+    zero_ratio: ZeroRatio = "equal"
     max_share_fraction: float = 0.5
     max_epochs: float | None = None
     rebalance: RebalanceMethod = "seed"
@@ -262,6 +276,7 @@ class ShareConfig:
             raise ConfigError(
                 f"model must be a torch.nn.Module or a factory, got {type(self.model).__name__}"
             )
+        _choice("zero_ratio", self.zero_ratio, ZERO_RATIOS)
         _positive("max_share_fraction", self.max_share_fraction)
         if self.max_share_fraction > 1:
             raise ConfigError(

@@ -63,7 +63,7 @@ PRESETS: Final[Mapping[str, Mapping[str, Any]]] = {
 #: session 6); the seed's shares are uncapped
 PRESET_SHARES: Final[Mapping[str, Mapping[str, Any]]] = {
     "edge": {"max_epochs": 2.5},
-    "edge-seed": {"max_share_fraction": 1.0, "max_epochs": None},
+    "edge-seed": {"max_share_fraction": 1.0, "max_epochs": None, "zero_ratio": "none"},
 }
 
 

@@ -107,6 +107,9 @@ class Node:
     retries : int
         Jobs it was given again on the same global version after a stall
         (:func:`strategies.liveness.unblock`), reset when an update of it is accepted.
+    planned_out : bool
+        The share plan gives it 0 samples out of a positive total (a match ratio of 0 under
+        the seed's rule, or a rebalancing that moved all its work away): it gets no job.
     """
 
     node_id: int
@@ -124,6 +127,7 @@ class Node:
     profile_pending: bool = False
     rejected: str | None = None
     retries: int = 0
+    planned_out: bool = False
 
     def free(self, base: int, rejected: str | None = None) -> None:
         """End the node's job: an update on ``base`` accepted, or its reply ``rejected``."""
@@ -136,7 +140,12 @@ class Node:
 
     def ready(self, version: int) -> bool:
         """Return whether the node may get a new job for global ``version``."""
-        return self.outstanding is None and not self.gone and self.last_base < version
+        return (
+            self.outstanding is None
+            and not self.gone
+            and not self.planned_out
+            and self.last_base < version
+        )
 
 
 class Membership:

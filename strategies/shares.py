@@ -26,7 +26,15 @@ from strategies.config import ShareConfig
 from strategies.membership import Node
 from strategies.records import ProfileRecord, TrainReply
 
-__all__ = ["MAX_OBSERVATIONS", "SUSPECT_OVER_CAP", "SharePlanner", "profile_beside", "split_within"]
+__all__ = [
+    "MAX_OBSERVATIONS",
+    "SUSPECT_OVER_CAP",
+    "SharePlanner",
+    "log_capped",
+    "log_zero_ratios",
+    "profile_beside",
+    "split_within",
+]
 
 #: (share, seconds) observations kept per node for the time model T = k f + b: the most recent
 #: ones (the fit follows a device whose speed changes, and the state stays bounded)
@@ -246,7 +254,13 @@ class SharePlanner:
             return
         ratio = float(ratios[-1])
         weight = math.fsum(float(r) for r in ratios[:-1])
-        if not weight > 0 or not ratio > 0:
+        if not weight > 0:
+            return
+        if not ratio > 0:
+            if self.config.zero_ratio == "none":
+                node.share, node.ratio, node.profiled, node.planned_out = 0, 0.0, True, True
+            shares = {node.node_id: node.share}
+            log_zero_ratios(self.name, [node.node_id], shares, self.profiles, every_zero=False)
             return
         share = max(1, round(ratio * planned / weight))
         cap = self.node_cap(node.node_id, self.cap)
@@ -296,11 +310,15 @@ class SharePlanner:
                 ratios_by_node = {i: float(r) for i, r in zip(profiled, ratios, strict=True)}
             except InputError as exc:
                 log(WARNING, "%s: match ratios unavailable (%s): equal shares", self.name, exc)
-        equal = [i for i in ids if i not in ratios_by_node or not ratios_by_node[i] > 0]
-        matched = [i for i in ids if i not in equal]
+        matched = [i for i in ids if ratios_by_node.get(i, 0.0) > 0]
+        zero = [i for i in ids if i in ratios_by_node and i not in matched]
+        # the seed's f_d = F m_d / sum m gives a node of match ratio 0 nothing; "equal" gives
+        # it F / n like an unprofiled node (ShareConfig.zero_ratio)
+        out = zero if cfg.zero_ratio == "none" and matched else []
+        equal = [i for i in ids if i not in matched and i not in out]
         # unprofiled nodes get total / n each; the rest is split by match ratio
         equal_part = total * len(equal) // n if matched else total
-        shares: dict[int, int] = {}
+        shares: dict[int, int] = dict.fromkeys(out, 0)
         if equal:
             split = self._split(equal_part, equal, [1.0] * len(equal), cap, profiles)
             shares.update(zip(equal, split, strict=True))
@@ -308,7 +326,8 @@ class SharePlanner:
             matched_ratios = [ratios_by_node[i] for i in matched]
             split = self._split(total - equal_part, matched, matched_ratios, cap, profiles)
             shares.update(zip(matched, split, strict=True))
-            self.log_capped(matched, matched_ratios, total - equal_part, cap)
+            fraction = cfg.max_share_fraction
+            log_capped(self.name, matched, matched_ratios, total - equal_part, cap, fraction)
             if equal and split:
                 # a node without a profile is not given more than any profiled node: with
                 # max_epochs binding, total / n would be more work than the caps allow the
@@ -316,11 +335,13 @@ class SharePlanner:
                 # samples while the profiled nodes were capped at 432)
                 most = max(split)
                 shares.update({i: min(shares[i], most) for i in equal})
+        log_zero_ratios(self.name, zero, shares, profiles, every_zero=not matched)
         for i in ids:
             node = nodes[i]
             node.share = shares[i]
             node.ratio = ratios_by_node.get(i, 0.0)
             node.profiled = i in ratios_by_node
+            node.planned_out = bool(total) and node.share == 0
         if total:
             log(
                 INFO,
@@ -364,30 +385,6 @@ class SharePlanner:
         where = f"{self.name}: max_epochs {self.config.max_epochs}"
         return split_within(total, ratios, caps, synchronous=self.synchronous, where=where)
 
-    def log_capped(self, ids: list[int], ratios: list[float], total: int, cap: int | None) -> None:
-        """Log each node whose profile claims more than the cap.
-
-        A claim up to :data:`SUSPECT_OVER_CAP` times the cap is the cap doing its work (e.g.
-        the ``edge`` preset's 3x the mean share): INFO. Beyond it the profile looks absurd:
-        WARNING.
-        """
-        if cap is None or not total:
-            return
-        whole = math.fsum(ratios)
-        for node_id, ratio in zip(ids, ratios, strict=True):
-            claimed = total * ratio / whole
-            if claimed > cap:
-                log(
-                    WARNING if claimed > SUSPECT_OVER_CAP * cap else INFO,
-                    "%s: node %s share capped at %d samples (max_share_fraction %s); "
-                    "its profile claims %.0f",
-                    self.name,
-                    node_id,
-                    cap,
-                    self.config.max_share_fraction,
-                    claimed,
-                )
-
     @staticmethod
     def observe(node: Node, share: int, seconds: float) -> None:
         """Record a whole job of ``share`` samples that took ``seconds`` (bounded history)."""
@@ -426,6 +423,7 @@ class SharePlanner:
         )
         for node, share in zip(chosen, allocation.samples, strict=True):
             node.share = int(share)
+            node.planned_out = node.share == 0  # 0 samples: it does not train (allocation)
         log(
             INFO,
             "%s: rebalanced (%s): shares %s, predicted makespan %.3f s",
@@ -433,6 +431,63 @@ class SharePlanner:
             method,
             {n.node_id: n.share for n in chosen},
             allocation.makespan,
+        )
+
+
+def log_capped(
+    name: str, ids: list[int], ratios: list[float], total: int, cap: int | None, fraction: float
+) -> None:
+    """Log each node whose profile claims more than the cap.
+
+    A claim up to :data:`SUSPECT_OVER_CAP` times the cap is the cap doing its work (e.g. the
+    ``edge`` preset's 3x the mean share): INFO. Beyond it the profile looks absurd: WARNING.
+    """
+    if cap is None or not total:
+        return
+    whole = math.fsum(ratios)
+    for node_id, ratio in zip(ids, ratios, strict=True):
+        claimed = total * ratio / whole
+        if claimed > cap:
+            log(
+                WARNING if claimed > SUSPECT_OVER_CAP * cap else INFO,
+                "%s: node %s share capped at %d samples (max_share_fraction %s); "
+                "its profile claims %.0f",
+                name,
+                node_id,
+                cap,
+                fraction,
+                claimed,
+            )
+
+
+def log_zero_ratios(
+    name: str,
+    zero: list[int],
+    shares: dict[int, int],
+    profiles: dict[int, ProfileRecord],
+    *,
+    every_zero: bool,
+) -> None:
+    """Log each profiled node of match ratio 0 and the share it got (``zero_ratio``)."""
+    for i in zero:
+        axes = ", ".join(f"{e:g}" for e in profiles[i].evaluations)
+        if shares[i] == 0 and not every_zero:
+            what = "0 samples and no training job (zero_ratio='none': the seed's rule)"
+        elif every_zero:
+            what = f"an equal share of {shares[i]} (every profiled node has match ratio 0)"
+        else:
+            what = (
+                f"an equal share of {shares[i]} (zero_ratio='equal'; the seed's "
+                "F m_d / sum m would give it none)"
+            )
+        log(
+            WARNING,
+            "%s: node %s has match ratio 0 (its radar polygon has no area; evaluations "
+            "C, G, M, D = %s): %s",
+            name,
+            i,
+            axes,
+            what,
         )
 
 

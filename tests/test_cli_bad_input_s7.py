@@ -158,15 +158,13 @@ def test_analyze_refuses_a_zero_width_model(capsys: pytest.CaptureFixture[str]) 
 
 # ---------------------------------------------------------------- the share cap's log level
 def test_a_capped_share_is_info_and_an_absurd_claim_a_warning() -> None:
-    from strategies import ShareConfig
-    from strategies.shares import SUSPECT_OVER_CAP, SharePlanner
+    from strategies.shares import SUSPECT_OVER_CAP, log_capped
 
-    planner = SharePlanner(None, None, ShareConfig(), 0.1, "edge")  # type: ignore[arg-type]
     with flwr_logs(logging.INFO) as logs:
         # ratios 1 : 1 : 2 of 400 samples, cap 150: the third claims 200 (< 2x the cap)
-        planner.log_capped([1, 2, 3], [1.0, 1.0, 2.0], 400, 150)
+        log_capped("edge", [1, 2, 3], [1.0, 1.0, 2.0], 400, 150, 0.5)
         # the third claims 20 / 22 * 400 = 364 > 2x the cap of 150
-        planner.log_capped([1, 2, 3], [1.0, 1.0, 20.0], 400, 150)
+        log_capped("edge", [1, 2, 3], [1.0, 1.0, 20.0], 400, 150, 0.5)
     capped = [r for r in logs.records if "share capped" in r.getMessage()]
     assert [r.levelno for r in capped] == [logging.INFO, logging.WARNING]
     assert SUSPECT_OVER_CAP == 2.0

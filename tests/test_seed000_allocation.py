@@ -97,7 +97,7 @@ def test_initial_shares_large() -> None:
         ((5, []), "node list is empty"),
         ((5, [1.0, float("nan")]), r"ratios\[1\] must be a finite number >= 0"),
         ((5, [1.0, -0.5]), r"ratios\[1\] must be >= 0, got -0\.5"),
-        ((5, [0.0, 0.0]), r"can hold 0 samples, fewer than total=5"),
+        ((5, [0.0, 0.0]), r"ratios: no node has a match ratio > 0, so total=5 samples"),
         ((5, [1.0, 1.0], [2, 2]), r"can hold 4 samples, fewer than total=5"),
         ((5, [1.0, 1.0], [2, -1]), r"capacities\[1\] must be an integer >= 0, got -1"),
         ((5, [1.0, 1.0], [2]), r"capacities must have one entry per node \(2\), got 1"),

@@ -75,6 +75,7 @@ def test_a_run_with_the_seed_aggregation_on_edge_names_the_other_departures() ->
         "serve_better=True: the served model is the global model instead of the average when "
         "it scores better on the validation set's val-loss (seed: the global model)",
         f"shares capped at {MAX_SHARE_OVER_MEAN:g}x the mean (seed: uncapped)",
+        "a node of match ratio 0 trains F / n samples (seed: none)",
         "values and the stop on the server's validation set (300 training samples, val-loss; "
         "seed: the test set's accuracy)",
         "drop_worst: an aggregation leaves out its worst update when the validation loss says "
@@ -145,6 +146,8 @@ def test_built_strategies_follow_their_presets() -> None:
     seed = build_strategy(SimSettings.create("digits-20", "edge-seed"), VirtualClock())
     edge = build_strategy(SimSettings.create("digits-20", "edge"), VirtualClock())
     assert seed.shares.max_share_fraction == 1.0  # f_d = F m_d / sum m, uncapped
+    assert seed.shares.zero_ratio == "none"  # ... and 0 for a match ratio of 0
+    assert edge.shares.zero_ratio == "equal"
     assert edge.shares.max_share_fraction == pytest.approx(MAX_SHARE_OVER_MEAN / 20)
     for strategy in (seed, edge):
         assert not strategy.shares.drop_empty_axes  # four radar axes
