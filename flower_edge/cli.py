@@ -18,9 +18,11 @@ that is not available here), 130 interrupted (Ctrl-C).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import threading
+import traceback
 from collections.abc import Callable, Sequence
 from importlib import import_module
 from importlib.metadata import entry_points
@@ -142,19 +144,38 @@ def main(argv: Sequence[str] | None = None) -> int:
 def console_main() -> NoReturn:
     """Entry point of the ``flower-edge`` script: :func:`main`, then exit with its code.
 
-    After Ctrl-C (code 130) the process exits at once, even if threads of a library are
-    still running: Flower's simulation engine runs the ServerApp and its backend in
-    non-daemon threads that do not stop on Ctrl-C, and Python would wait for them at exit
-    (the run looked hung after ``interrupted``). A Ray session it started is shut down first,
-    for at most :data:`INTERRUPT_CLEANUP_SECONDS`.
+    After Ctrl-C (code 130), or any other failure, the process exits at once, even if
+    threads of a library are still running: Flower's simulation engine runs the ServerApp and
+    its backend in non-daemon threads that do not stop on Ctrl-C or on a failed Ray
+    connection, and Python would wait for them at exit (the run looked hung). A Ray session
+    it started is shut down first, for at most :data:`INTERRUPT_CLEANUP_SECONDS`. A closed
+    stdout (``flower-edge ... --json | head``) ends the command quietly with 141.
     """
-    code = main()
-    if code == 130 and _other_threads_alive():
+    try:
+        code = main()
+    except BrokenPipeError:  # the reader of stdout went away (`... | head`): nothing to say
+        code = _quiet_broken_pipe()
+    except Exception:  # a bug or a library's failure: its traceback, then exit, not hang
+        traceback.print_exc()
+        code = 1
+    if code != 0 and _other_threads_alive():
         _shutdown_ray(INTERRUPT_CLEANUP_SECONDS)
-        sys.stdout.flush()
+        with contextlib.suppress(BrokenPipeError, ValueError):
+            sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(130)
+        os._exit(code)
     sys.exit(code)
+
+
+def _quiet_broken_pipe() -> int:
+    """Point stdout at /dev/null so that the exit flush raises no second error; return 141.
+
+    141 (128 + SIGPIPE) is what a shell reports for a command that a closed pipe stopped
+    (Python's documented way to handle ``BrokenPipeError``).
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 141
 
 
 #: seconds to wait for Ray to shut down after Ctrl-C before exiting anyway

@@ -227,11 +227,15 @@ def _engine_options(args: argparse.Namespace) -> dict[str, Any] | None:
 
 
 def check_ray_address(address: str, timeout: float = RAY_CONNECT_TIMEOUT) -> None:
-    """Check that an explicit ``HOST:PORT`` Ray address accepts a TCP connection.
+    """Check a ``--ray-address`` before any engine starts.
 
-    Ray retries an unreachable GCS address for minutes ("Failed to connect to GCS"); this
-    fails within ``timeout`` seconds instead. Other address forms (``auto``, ``local``,
-    ``ray://HOST:PORT``) go to Ray unchecked.
+    Ray retries an unreachable GCS address for minutes ("Failed to connect to GCS"), and a
+    failed connection inside Flower's simulation engine leaves the process hanging on its
+    threads; this fails within ``timeout`` seconds instead, with a message that names the
+    option. The forms are ``auto`` (a cluster started by ``ray start`` must be found: the
+    ``RAY_ADDRESS`` variable or Ray's record of its latest cluster, then its address is
+    checked like ``HOST:PORT``), ``local``, ``HOST:PORT`` and ``ray://HOST:PORT`` (Ray
+    Client); the last two must accept a TCP connection.
 
     Parameters
     ----------
@@ -243,27 +247,76 @@ def check_ray_address(address: str, timeout: float = RAY_CONNECT_TIMEOUT) -> Non
     Raises
     ------
     InputError
-        Naming ``--ray-address``: empty, a port outside 1-65535, or no connection.
+        Naming ``--ray-address``: empty, another form, a port outside 1-65535, no cluster
+        found for ``auto``, or no connection.
     """
-    import socket
-
-    if not address.strip():
+    text = address.strip()
+    if not text:
         raise InputError("--ray-address must not be empty (e.g. auto, or HEAD_IP:6379)")
-    found = _HOST_PORT.fullmatch(address.strip())
-    if found is None:
+    if text == "local":
         return
+    if text == "auto":
+        resolved = _auto_address()
+        if resolved is None:
+            return
+        text = resolved
+    client = text.startswith("ray://")
+    found = _HOST_PORT.fullmatch(text.removeprefix("ray://"))
+    if found is None:
+        raise InputError(
+            f"--ray-address {address!r}: expected auto, local, HOST:PORT or ray://HOST:PORT "
+            "with a numeric port (e.g. 10.0.0.5:6379)"
+        )
     host, port = found.group(1).strip("[]"), int(found.group(2))
     if not 1 <= port <= 65535:
         raise InputError(f"--ray-address {address!r}: the port must be in 1-65535, got {port}")
+    _check_connection(address, host, port, timeout, client=client)
+
+
+def _auto_address() -> str | None:
+    """Return the ``HOST:PORT`` that Ray's ``auto`` resolves to; raise InputError if none.
+
+    ``None``: this Ray has no such helper, so Ray resolves ``auto`` itself.
+    """
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+    except ImportError:
+        return None
+    try:
+        resolved = canonicalize_bootstrap_address("auto")
+    except ConnectionError:
+        resolved = None
+    except Exception:  # noqa: BLE001 - a private Ray helper: any failure is "not found"
+        resolved = None
+    if not resolved:
+        raise InputError(
+            "--ray-address auto: no running Ray cluster was found (no RAY_ADDRESS and no "
+            "cluster started with `ray start --head` on this machine); start one, give its "
+            "HOST:PORT, or leave --ray-address out to start a local Ray instance"
+        )
+    return str(resolved)
+
+
+def _check_connection(
+    address: str, host: str, port: int, timeout: float, *, client: bool = False
+) -> None:
+    """Raise InputError naming ``--ray-address`` if ``host:port`` accepts no TCP connection."""
+    import socket
+
     try:
         with socket.create_connection((host, port), timeout=timeout):
             pass
     except OSError as exc:
         reason = "timed out" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
+        start = (
+            f"ray start --head --ray-client-server-port {port}"
+            if client
+            else f"ray start --head --port {port}"
+        )
+        what = "Ray Client server" if client else "Ray head"
         raise InputError(
-            f"--ray-address {address!r}: no Ray head answers at {host}:{port} within "
-            f"{timeout:g} s ({reason}); start one there (ray start --head --port {port}) or "
-            "use --ray-address auto"
+            f"--ray-address {address!r}: no {what} answers at {host}:{port} within "
+            f"{timeout:g} s ({reason}); start one there ({start}) or use --ray-address auto"
         ) from None
 
 

@@ -239,8 +239,39 @@ def test_check_ray_address(listening_port: int, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(socket, "create_connection", timeout)
     with pytest.raises(InputError, match=r"^--ray-address '10\.0\.0\.1:6379'.*within 5 s"):
         check_ray_address("10.0.0.1:6379")
-    for unchecked in ("auto", "local", "ray://head:10001"):
-        check_ray_address(unchecked)  # no connection attempted: create_connection would raise
+    check_ray_address("local")  # no connection attempted: create_connection would raise
+    with pytest.raises(InputError, match=r"^--ray-address 'ray://head:10001'.*Ray Client"):
+        check_ray_address("ray://head:10001")
+
+
+@pytest.mark.parametrize("bad", ["nonsense", "127.0.0.1:abc", "ray://h:abc", "host:"])
+def test_check_ray_address_names_the_forms(bad: str) -> None:
+    """Found by a new-user probe: these went to Ray, which printed a traceback and hung."""
+    from flower_edge.errors import InputError
+    from simulations.cli import check_ray_address
+
+    with pytest.raises(InputError, match=r"expected auto, local, HOST:PORT or ray://HOST:PORT"):
+        check_ray_address(bad)
+
+
+def test_check_ray_address_auto_needs_a_running_cluster(
+    listening_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ray._private import services
+
+    from flower_edge.errors import InputError
+    from simulations.cli import check_ray_address
+
+    def none_found(addr: str, temp_dir: str | None = None) -> str | None:
+        raise ConnectionError("Could not find any running Ray instance")
+
+    monkeypatch.setattr(services, "canonicalize_bootstrap_address", none_found)
+    with pytest.raises(InputError, match=r"^--ray-address auto: no running Ray cluster"):
+        check_ray_address("auto")
+    monkeypatch.setattr(
+        services, "canonicalize_bootstrap_address", lambda a, t=None: f"127.0.0.1:{listening_port}"
+    )
+    check_ray_address("auto")  # resolved to a HOST:PORT that answers
 
 
 @pytest.mark.parametrize(
@@ -295,7 +326,7 @@ def test_simulate_notes_ignored_engine_options(
     assert "--ray-address and --cpus are ignored with --engine inprocess" in note
     (note,) = _notes(["--engine", "inprocess", "--cpus", "2"], tmp_path, capsys)
     assert "--cpus is ignored with --engine inprocess" in note
-    (note,) = _notes(["--ray-address", "auto", "--cpus", "2"], tmp_path, capsys)
+    (note,) = _notes(["--ray-address", "local", "--cpus", "2"], tmp_path, capsys)
     assert "--cpus is ignored with --ray-address" in note
     assert _notes(["--engine", "inprocess"], tmp_path, capsys) == []
 
