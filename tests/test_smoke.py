@@ -62,6 +62,25 @@ def test_ctrl_c_exits_at_once_although_a_library_thread_runs() -> None:
 
 
 def test_console_exit_codes_pass_through() -> None:
-    code, seconds, _ = _console("2", thread_seconds=1)
+    code, seconds, _ = _console("2", thread_seconds=120)
     assert code == 2
-    assert seconds >= 1  # other exits wait for the threads, as Python does
+    assert seconds < 30  # a failed command does not wait for a library's threads
+    code, seconds, _ = _console("0", thread_seconds=1)
+    assert code == 0
+    assert seconds >= 1  # a successful one waits for them, as Python does
+
+
+def test_a_failure_under_a_library_thread_exits_with_its_traceback() -> None:
+    """Found by a new-user probe: ``simulate --ray-address auto`` without a cluster printed
+    Flower's traceback and then hung on its simulation threads."""
+    code, seconds, stderr = _console("(_ for _ in ()).throw(RuntimeError('boom'))", 120)
+    assert code == 1
+    assert seconds < 30
+    assert "RuntimeError: boom" in stderr
+
+
+def test_a_closed_stdout_ends_quietly() -> None:
+    """Found by a new-user probe: ``flower-edge ... --json | true`` ended in a traceback."""
+    code, _, stderr = _console("(_ for _ in ()).throw(BrokenPipeError(32, 'Broken pipe'))", 0)
+    assert code == 141
+    assert "Traceback" not in stderr
