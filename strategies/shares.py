@@ -401,7 +401,9 @@ class SharePlanner:
         models: list[TimeModel] = []
         for node in every:
             obs = [(f, t) for f, t in node.observations if f > 0 and t > 0]
-            if node.gone or node.share <= 0 or not obs:
+            # a node planned out by an earlier rebalancing (0 samples) stays a candidate: the
+            # allocation hands it work again when it would finish earliest with it
+            if node.gone or (node.share <= 0 and not node.planned_out) or not obs:
                 continue
             prior = TimeModel(k=sum(t for _, t in obs) / sum(f for f, _ in obs), b=0.0)
             try:

@@ -112,6 +112,15 @@ def test_a_rebalancing_to_zero_samples_plans_the_node_out() -> None:
     assert not nodes[2].ready(5)
     assert nodes[1].share == 400
     assert not nodes[1].planned_out
+    # the fast node slows down 100x: the planned-out node is a candidate again and gets work
+    nodes[1].observations.clear()
+    for _ in range(3):
+        planner.observe(nodes[1], 400, 0.1 * 400 + 0.01)
+    planner.rebalance(nodes.values())
+    assert nodes[2].share > 0
+    assert not nodes[2].planned_out
+    assert nodes[2].ready(6)
+    assert nodes[1].share + nodes[2].share == 400
 
 
 def test_planned_out_survives_a_checkpoint_and_old_checkpoints_read_false() -> None:
