@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from logging import INFO, WARNING
+from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
@@ -39,15 +40,22 @@ def _weight(value: object) -> int | None:
 def aggregate_evaluate_replies(
     replies: Iterable[Message], asked: Mapping[str, int] | None = None
 ) -> MetricRecord | None:
-    """Average the numeric metrics of valid evaluate replies, weighted by ``num-examples``.
+    """Average the metrics of valid evaluate replies, weighted by ``num-examples``.
+
+    As Flower's ``FedAvg`` (``aggregate_metricrecords``): numbers and lists of numbers (element
+    by element) are averaged, and the weighting key itself is left out of the result. Each
+    metric is averaged over the replies that sent a finite value of it, so a node that sends
+    ``nan`` or leaves a metric out does not dilute the others' average (its value is skipped
+    with a WARNING naming the node and the metric).
 
     Error replies and replies without a positive ``num-examples`` are skipped (logged, with
     the node ``asked`` maps the replied-to message id to: an error reply made by the
     SuperLink, e.g. for a node that is gone, carries the SuperLink's id as its source).
     Returns ``None`` when no reply is usable.
     """
-    sums: dict[str, float] = {}
-    total = 0
+    sums: dict[str, float | list[float]] = {}
+    weights: dict[str, int] = {}
+    usable = 0
     for msg in replies:
         node = (asked or {}).get(msg.metadata.reply_to_message_id, msg.metadata.src_node_id)
         if msg.has_error() or not msg.has_content():
@@ -69,19 +77,46 @@ def aggregate_evaluate_replies(
             )
             continue
         assert metrics is not None
-        total += weight
+        usable += 1
         for key, value in metrics.items():
-            if key == wire.NUM_EXAMPLES or isinstance(value, bool | list):
-                continue
-            if math.isfinite(float(value)):
-                sums[key] = sums.get(key, 0.0) + weight * float(value)
-    if not total:
+            if key != wire.NUM_EXAMPLES and _add_metric(sums, key, value, weight, node):
+                weights[key] = weights.get(key, 0) + weight
+    if not usable:
         return None
-    out: dict[str, int | float | list[int] | list[float]] = {
-        k: v / total for k, v in sorted(sums.items())
-    }
-    out[wire.NUM_EXAMPLES] = total
+    out: dict[str, int | float | list[int] | list[float]] = {}
+    for key, total in sorted(sums.items()):
+        w = weights[key]
+        out[key] = [v / w for v in total] if isinstance(total, list) else total / w
     return MetricRecord(out)
+
+
+def _add_metric(
+    sums: dict[str, float | list[float]], key: str, value: Any, weight: int, node: int
+) -> bool:
+    """Add ``weight * value`` to ``sums[key]``; return False (logged) for an unusable value."""
+    is_list = isinstance(value, list)
+    values = value if is_list else [value]
+    numbers = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    prev = sums.get(key)
+    problem = None
+    if len(numbers) != len(values):
+        problem = f"{value!r} is not a number"
+    elif not all(math.isfinite(v) for v in numbers):
+        problem = f"{value!r} is not finite"
+    elif prev is not None and (
+        isinstance(prev, list) != is_list or (isinstance(prev, list) and len(prev) != len(numbers))
+    ):
+        problem = "its shape differs from the other nodes' values"
+    if problem is not None:
+        log(WARNING, "evaluate metric %r of node %s skipped: %s", key, node, problem)
+        return False
+    if isinstance(prev, list):
+        sums[key] = [b + weight * v for b, v in zip(prev, numbers, strict=True)]
+    elif is_list:
+        sums[key] = [weight * v for v in numbers]
+    else:
+        sums[key] = (prev or 0.0) + weight * numbers[0]
+    return True
 
 
 class ClientEvaluation:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from pathlib import Path
 
@@ -37,7 +38,7 @@ def _expected(grid: InProcessGrid, rnd: int) -> dict[str, float]:
     ]
     weights = [10 * (n - 1000) for n in nodes]  # partition = node - 1001
     accuracy = sum(w * (n - 1001) / 10 for w, n in zip(weights, nodes, strict=True))
-    return {"accuracy": accuracy / sum(weights), wire.NUM_EXAMPLES: float(sum(weights))}
+    return {"accuracy": accuracy / sum(weights)}  # the weighting key left out, as FedAvg
 
 
 def _run(order_seed: int | None = None, **options):  # type: ignore[no-untyped-def]
@@ -121,7 +122,7 @@ def test_aggregate_evaluate_matches_a_hand_weighted_mean_and_skips_bad_replies()
     assert got is not None
     assert got["accuracy"] == pytest.approx((30 * 0.9 + 10 * 0.5) / 40)
     assert got["loss"] == pytest.approx((30 * 0.1 + 10 * 0.7) / 40)
-    assert got[wire.NUM_EXAMPLES] == 40
+    assert wire.NUM_EXAMPLES not in got  # as Flower's aggregate_metricrecords
     assert aggregate_evaluate_replies([]) is None
 
 
@@ -129,14 +130,14 @@ def test_evaluate_num_examples_follow_the_train_replies_rule() -> None:
     """140 and 140.0 are counts (as in train replies); 140.5, 0, nan and "140" are not."""
     query = Message(RecordDict({}), 1001, "evaluate")
 
-    def reply(n: object) -> Message:
-        metrics = MetricRecord({"accuracy": 0.5})
+    def reply(n: object, accuracy: float = 0.5) -> Message:
+        metrics = MetricRecord({"accuracy": accuracy})
         metrics[wire.NUM_EXAMPLES] = n  # type: ignore[assignment]
         return Message(RecordDict({"m": metrics}), reply_to=query)
 
-    got = aggregate_evaluate_replies([reply(140), reply(60.0)])
+    got = aggregate_evaluate_replies([reply(140, 1.0), reply(60.0, 0.0)])
     assert got is not None
-    assert got[wire.NUM_EXAMPLES] == 200
+    assert got["accuracy"] == pytest.approx(140 / 200)
     for bad in (140.5, 0, -3, float("nan")):
         assert aggregate_evaluate_replies([reply(bad)]) is None
 
@@ -213,3 +214,58 @@ def test_an_error_reply_made_by_the_superlink_names_the_node_that_was_asked() ->
         caplog.text
     )
     assert "node 1 " not in caplog.text
+
+
+def _reference(replies: list[tuple[int, dict[str, object]]]) -> dict[str, object]:
+    """Brute force: each key averaged over the replies whose value of it is usable."""
+    out: dict[str, object] = {}
+    keys = sorted({k for _, m in replies for k in m})
+    for key in keys:
+        rows = [(n, m[key]) for n, m in replies if key in m]
+        good = []
+        for n, v in rows:
+            vals = v if isinstance(v, list) else [v]
+            if all(isinstance(x, float | int) and math.isfinite(x) for x in vals):
+                if (
+                    good
+                    and len(vals) != len(good[0][1])
+                    or good
+                    and isinstance(v, list) != good[0][2]
+                ):
+                    continue
+                good.append((n, vals, isinstance(v, list)))
+        if not good:
+            continue
+        w = sum(n for n, _, _ in good)
+        avg = [sum(n * vals[i] for n, vals, _ in good) / w for i in range(len(good[0][1]))]
+        out[key] = avg if good[0][2] else avg[0]
+    return out
+
+
+def test_each_metric_is_averaged_over_the_nodes_that_sent_it() -> None:
+    """Found by a new-user probe: a node sending ``nan`` (or leaving a metric out) halved the
+    others' average, silently (0.8 and nan over 100 examples each gave 0.4)."""
+    query = Message(RecordDict({}), 1001, "evaluate")
+    replies: list[tuple[int, dict[str, object]]] = [
+        (100, {"acc": 0.8, "loss": 0.3, "per_class": [0.5, 1.0]}),
+        (100, {"acc": float("nan"), "loss": 0.5, "per_class": [1.0, 1.0]}),
+        (50, {"loss": 1.0, "per_class": [0.0, 0.5, 0.2]}),  # no acc; a list of another length
+        (30, {"acc": 0.2, "loss": float("inf"), "per_class": [0.1, 0.1]}),
+    ]
+    messages = []
+    for n, metrics in replies:
+        record = MetricRecord({wire.NUM_EXAMPLES: n})
+        for k, v in metrics.items():
+            record[k] = v  # type: ignore[assignment]
+        messages.append(Message(RecordDict({"m": record}), reply_to=query))
+    with flwr_logs() as caplog:
+        got = aggregate_evaluate_replies(messages)
+    assert got is not None
+    expected = _reference(replies)
+    assert set(got) == set(expected)
+    assert got["acc"] == pytest.approx((100 * 0.8 + 30 * 0.2) / 130)
+    assert got["loss"] == pytest.approx(expected["loss"])
+    assert got["per_class"] == pytest.approx(expected["per_class"])
+    assert "evaluate metric 'acc' of node" in caplog.text
+    assert "is not finite" in caplog.text
+    assert "shape differs" in caplog.text
