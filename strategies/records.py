@@ -11,7 +11,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import numpy.typing as npt
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
@@ -21,6 +21,7 @@ from flower_edge.aggregation import WeightedSum
 from flower_edge.errors import InputError
 
 __all__ = [
+    "BAD_PROFILE_REPLY",
     "AggregationRecord",
     "Combined",
     "EventKind",
@@ -34,6 +35,9 @@ __all__ = [
     "parse_reply_for",
     "parse_train_reply",
 ]
+
+#: the start of the reason of a profile-only reply that could not be read
+BAD_PROFILE_REPLY: Final = "bad profile reply"
 
 NDArray = npt.NDArray[Any]
 EventKind = Literal[
@@ -593,7 +597,7 @@ def parse_reply_for(
             try:
                 return parse_profile_reply(msg), None
             except InputError as exc:
-                return None, f"bad profile reply: {exc}"
+                return None, f"{BAD_PROFILE_REPLY}: {exc}"
         reply = parse_train_reply(msg, keys)
     except InputError as exc:
         return None, str(exc)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from logging import INFO, WARNING
+from typing import Final
 
 import numpy as np
 from flwr.common.logger import log
@@ -24,10 +25,11 @@ from flower_edge.radar import match_ratios
 from strategies.clock import Clock
 from strategies.config import ShareConfig
 from strategies.membership import Node
-from strategies.records import ProfileRecord, TrainReply
+from strategies.records import BAD_PROFILE_REPLY, ProfileRecord, TrainReply
 
 __all__ = [
     "MAX_OBSERVATIONS",
+    "REJECTED",
     "SUSPECT_OVER_CAP",
     "SharePlanner",
     "log_capped",
@@ -35,6 +37,9 @@ __all__ = [
     "profile_beside",
     "split_within",
 ]
+
+#: the reason a profile is missing when the reply carrying it could not be read at all
+REJECTED: Final = "reply rejected"
 
 #: (share, seconds) observations kept per node for the time model T = k f + b: the most recent
 #: ones (the fit follows a device whose speed changes, and the state stays bounded)
@@ -192,12 +197,15 @@ class SharePlanner:
             self.profiles[node.node_id] = profile
             if not with_job:
                 self.held.add(node.node_id)
-        elif reason == "plain":
+        elif reason in ("plain", REJECTED):
             log(
                 INFO,
-                "%s: node %s runs with equal shares: no flower-edge profile",
+                "%s: node %s runs with equal shares: %s",
                 self.name,
                 node.node_id,
+                "no flower-edge profile"
+                if reason == "plain"
+                else "its first reply was rejected (logged), so no profile came with it",
             )
         else:
             log(
@@ -531,9 +539,12 @@ def profile_beside(
     """Return the profile a train reply carries beside its update, or why it has none.
 
     The reason is ``"plain"`` for an unmodified Flower ClientApp's reply, the rejection of
-    a bad profile, the reply's own problem, or ``"no profile"``.
+    a bad profile, :data:`REJECTED` for a reply that could not be read at all (its rejection
+    is logged on its own), or ``"no profile"``.
     """
     if not isinstance(reply, TrainReply):
+        if reason and not reason.startswith(BAD_PROFILE_REPLY):
+            return None, REJECTED  # an unreadable reply: its rejection is logged on its own
         return None, reason or "no profile"
     if reply.profile is not None:
         return reply.profile, ""

@@ -397,6 +397,33 @@ def test_a_client_without_profile_with_job_still_answers_with_its_profile_only()
     assert sorted(strategy.history[0].participants) == [1001, 1002, 1003, 1004]
 
 
+def test_a_plain_apps_rejected_first_reply_is_one_warning_not_a_profile_failure() -> None:
+    """Found by a new-user probe: a plain ClientApp whose first reply lacked ``num-examples``
+    got two WARNINGs, the second about a "usable profile" that a plain app never sends."""
+    from conftest import make_dropin_app
+
+    plain = make_dropin_app()
+
+    def no_examples(msg: Message, ctx: Context) -> Message:
+        reply = plain(msg, ctx)
+        if reply.has_content():
+            del reply.content["metrics"]
+        return reply
+
+    clock = ManualClock()
+    grid = InProcessGrid(plain, 4, clock=clock)
+    grid.set_app(1002, no_examples)
+    strategy = EdgeStrategy(threshold=1, clock=clock)
+    with flwr_logs() as caplog:
+        strategy.start(grid, model(0.0), num_rounds=2, timeout=30.0)
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    about_1002 = [w for w in warned if "1002" in w]
+    assert about_1002
+    assert all("rejected reply of node 1002" in w for w in about_1002)
+    assert "usable profile" not in caplog.text
+    assert "node 1002 runs with equal shares: its first reply was rejected" in caplog.text
+
+
 def test_a_bad_profile_beside_an_update_loses_the_profile_not_the_update() -> None:
     toy = ToyEdge(with_job=True)
 
