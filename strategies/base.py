@@ -90,11 +90,58 @@ FEDAVG_ONLY: Final[dict[str, str]] = {
 }
 
 
+#: FedAvg's defaults of the arguments whose default value means what this strategy does
+FEDAVG_SAME_DEFAULTS: Final[dict[str, object]] = {
+    "weighted_by_key": "num-examples",
+    "arrayrecord_key": "arrays",
+    "configrecord_key": "config",
+    "train_metrics_aggr_fn": None,
+    "evaluate_metrics_aggr_fn": None,
+}
+#: FedAvg's arguments that only choose how many nodes a synchronous round trains on
+FEDAVG_IGNORED: Final = ("fraction_train", "min_train_nodes", "min_available_nodes")
+
+
+def tolerate_fedavg_options(strategy: str, unknown: dict[str, object]) -> dict[str, object]:
+    """Accept the FedAvg arguments a drop-in swap carries over; return the others.
+
+    Flower's quickstart builds ``FedAvg(fraction_train=...)``: with ``FedAvg(`` replaced by
+    ``EdgeStrategy(threshold=K, `` the argument comes along. ``fraction_train``,
+    ``min_train_nodes`` and ``min_available_nodes`` are validated and ignored with one
+    WARNING each that says what stands in for them; the other FedAvg arguments are accepted
+    at FedAvg's default value (what this strategy does anyway) and refused otherwise.
+    """
+    rest: dict[str, object] = {}
+    for name, value in unknown.items():
+        if name in FEDAVG_IGNORED:
+            if name == "fraction_train":
+                validate.probability(name, value)
+            else:
+                validate.integer(name, value, low=0)
+            log(
+                WARNING,
+                "%s: %s=%r is ignored: %s (docs/dropin.md)",
+                strategy,
+                name,
+                value,
+                FEDAVG_ONLY[name],
+            )
+        elif name in FEDAVG_SAME_DEFAULTS and value == FEDAVG_SAME_DEFAULTS[name]:
+            continue
+        else:
+            rest[name] = value
+    return rest
+
+
 def unknown_options(strategy: str, unknown: dict[str, object]) -> str:
     """Return the TypeError message for keyword arguments ``strategy`` does not take."""
     parts = [
         f"an unexpected keyword argument {name!r}"
-        + (f" ({FEDAVG_ONLY[name]})" if name in FEDAVG_ONLY else "")
+        + (
+            f" ({FEDAVG_ONLY[name]}; only FedAvg's default is accepted)"
+            if name in FEDAVG_ONLY
+            else ""
+        )
         for name in sorted(unknown)
     ]
     return (
@@ -185,6 +232,7 @@ class SemiAsyncStrategy(Strategy):
         min_evaluate_nodes: int = 2,
         **unknown: object,
     ) -> None:
+        unknown = tolerate_fedavg_options(type(self).__name__, unknown)
         if unknown:
             raise TypeError(unknown_options(type(self).__name__, unknown))
         validate.integer("threshold K", threshold, low=1)

@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
-from conftest import DUR, EQUAL, ToyEdge, accuracy_fn, as_numpy, model, run_edge, virtual
+from conftest import (
+    DUR,
+    EQUAL,
+    ToyEdge,
+    accuracy_fn,
+    as_numpy,
+    flwr_logs,
+    model,
+    run_edge,
+    virtual,
+)
 from flwr.app import ArrayRecord, MetricRecord
 
 from flower_edge.errors import ConfigError
@@ -148,10 +160,40 @@ def test_fedavg_only_arguments_are_refused_saying_what_stands_in() -> None:
 
     with pytest.raises(
         TypeError,
-        match=r"EdgeStrategy got an unexpected keyword argument 'fraction_train' \(every idle "
-        r"node trains; threshold K decides when to aggregate\); an unexpected keyword argument "
-        r"'min_available_nodes' \(loop=LoopConfig\(min_nodes=\.\.\.\)",
+        match=r"EdgeStrategy got an unexpected keyword argument 'train_metrics_aggr_fn' \(train "
+        r"metrics are averaged by num-examples, as FedAvg's default; only FedAvg's default is "
+        r"accepted\); an unexpected keyword argument 'weighted_by_key' \(updates are weighted",
     ):
-        EdgeStrategy(threshold=2, fraction_train=0.5, min_available_nodes=4)  # type: ignore[call-arg]
+        EdgeStrategy(threshold=2, train_metrics_aggr_fn=max, weighted_by_key="n")  # type: ignore[call-arg]
     with pytest.raises(TypeError, match=r"FedBuff got an unexpected keyword argument 'colour'\."):
         FedBuff(threshold=2, colour="red")  # type: ignore[call-arg]
+
+
+def test_the_quickstarts_fedavg_arguments_carry_over_with_a_warning() -> None:
+    """Found by a new-user probe: Flower's quickstart-pytorch builds
+    ``FedAvg(fraction_train=fraction_train)``; swapping in ``EdgeStrategy(threshold=K, ...)``
+    raised a TypeError and the ServerApp exited with code 700."""
+    from strategies import FedBuff
+
+    with flwr_logs() as caplog:
+        strategy = EdgeStrategy(
+            threshold=2,
+            fraction_train=0.5,  # type: ignore[call-arg]
+            min_train_nodes=2,
+            min_available_nodes=4,
+            weighted_by_key="num-examples",  # FedAvg's defaults: accepted silently
+            arrayrecord_key="arrays",
+            configrecord_key="config",
+            train_metrics_aggr_fn=None,
+            fraction_evaluate=1.0,
+        )
+    assert strategy.fraction_evaluate == 1.0
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 3
+    assert "EdgeStrategy: fraction_train=0.5 is ignored: every idle node trains" in warned[0]
+    assert "min_available_nodes=4 is ignored: loop=LoopConfig(min_nodes=...)" in warned[2]
+    for bad, match in ((1.5, "fraction_train"), ("x", "fraction_train")):
+        with pytest.raises(ConfigError, match=match):
+            FedBuff(threshold=2, fraction_train=bad)  # type: ignore[call-arg]
+    with pytest.raises(ConfigError, match="min_train_nodes"):
+        EdgeStrategy(threshold=2, min_train_nodes=-1)  # type: ignore[call-arg]
