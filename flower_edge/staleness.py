@@ -266,8 +266,9 @@ def make_decay(spec: str | Callable[[float], float], **params: float) -> Callabl
     Raises
     ------
     ConfigError
-        Unknown name (the message lists :data:`DECAYS`), unknown or out-of-range parameter,
-        or parameters given with a callable.
+        Unknown name (the message lists :data:`DECAYS`), unknown or out-of-range parameter
+        (every given one, also one the named decay does not use), or parameters given with a
+        callable.
     """
     if isinstance(spec, Decay):
         if params:
@@ -280,7 +281,8 @@ def make_decay(spec: str | Callable[[float], float], **params: float) -> Callabl
             raise ConfigError(
                 f"unknown decay parameter(s) {', '.join(unknown)}; allowed: {allowed}"
             )
-        return Decay(validate.choice("decay", spec, DECAYS), **params)  # type: ignore[arg-type]
+        checked = {name: DECAY_PARAMS[name].check(value) for name, value in params.items()}
+        return Decay(validate.choice("decay", spec, DECAYS), **checked)  # type: ignore[arg-type]
     if not callable(spec):
         raise ConfigError(
             f"decay must be a name in {', '.join(DECAYS)} or a callable, got {type(spec).__name__}"

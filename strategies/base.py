@@ -28,7 +28,7 @@ from flower_edge import validate, wire
 from flower_edge.aggregation import WeightedSum, weighted_average
 from flower_edge.arrays import NDArray
 from flower_edge.errors import ConfigError, InputError
-from flower_edge.staleness import make_decay
+from flower_edge.staleness import DECAY_RULES, make_decay
 from strategies.checkpoint_options import CHECKPOINT_DIR_ENV, checkpoint_options
 from strategies.client_eval import ClientEvaluation, aggregate_evaluate_replies
 from strategies.clock import Clock, WallClock
@@ -243,6 +243,17 @@ class SemiAsyncStrategy(Strategy):
         self.threshold = threshold
         self.decay_spec = decay
         self.decay = make_decay(decay, **params)
+        unused = [
+            k for k in params if isinstance(decay, str) and k not in DECAY_RULES[decay].params
+        ]
+        for k in unused:
+            log(
+                WARNING,
+                "%s: decay_%s is ignored: decay %r does not use it",
+                type(self).__name__,
+                k,
+                decay,
+            )
         self.loop = _config("loop", loop, LoopConfig)
         self.shares = _config("shares", shares, ShareConfig)
         self.valuation = _config("valuation", valuation, ValuationConfig)

@@ -243,3 +243,31 @@ def test_registered_decay_checks_exactly_its_parameters(name: str) -> None:
                 Decay(name, **{param: -1.0})  # type: ignore[arg-type]
         else:
             Decay(name, **{param: -1.0})  # type: ignore[arg-type]  # unused: not checked
+
+
+@pytest.mark.parametrize(
+    ("spec", "params", "match"),
+    [
+        ("polynomial", {"b": -1.0}, r"decay parameter b must be >= 0, got -1"),
+        ("polynomial", {"b": float("nan")}, r"decay parameter b must be a finite number"),
+        ("polynomial", {"b": "x"}, r"decay parameter b must be a finite number"),
+        ("constant", {"a": -3.0}, r"decay parameter a must be > 0, got -3"),
+    ],
+)
+def test_every_given_decay_parameter_is_checked(
+    spec: str, params: dict[str, object], match: str
+) -> None:
+    """Found by a new-user probe: a parameter the named decay does not use was not checked
+    (``EdgeStrategy(2, decay_b='x')`` printed ``Decay(name='polynomial', a=0.5, b='x')``)."""
+    with pytest.raises(ConfigError, match=match):
+        make_decay(spec, **params)  # type: ignore[arg-type]
+
+
+def test_an_unused_decay_parameter_is_named_in_a_warning() -> None:
+    from conftest import flwr_logs
+
+    from strategies import EdgeStrategy
+
+    with flwr_logs() as caplog:
+        EdgeStrategy(2, decay="constant", decay_a=3.0)
+    assert "EdgeStrategy: decay_a is ignored: decay 'constant' does not use it" in caplog.text
