@@ -146,6 +146,8 @@ class ClientEvaluation:
         self.replies_in: dict[str, Message] = {}  # pulled, not yet processed
         self.replies: dict[int, list[tuple[Message, int]]] = {}  # round -> (reply, node asked)
         self.expected: dict[int, int] = {}
+        self.asked_in: dict[int, set[int]] = {}  # round -> the nodes asked
+        self.last_done: tuple[int, list[tuple[Message, int]]] | None = None  # kept replies
         self.short_noted = False  # the "fewer idle nodes than wanted" line is logged once
 
     @property
@@ -182,6 +184,7 @@ class ClientEvaluation:
         self.rounds[message_id] = rnd
         self.asked[message_id] = node_id
         self.expected[rnd] = self.expected.get(rnd, 0) + 1
+        self.asked_in.setdefault(rnd, set()).add(node_id)
 
     def owns(self, message_id: str) -> bool:
         """Return whether ``message_id`` is an evaluate message still awaited."""
@@ -228,8 +231,56 @@ class ClientEvaluation:
         return None if rnd is None or metrics is None else (rnd, metrics)
 
     def result(self, rnd: int) -> MetricRecord | None:
-        """Return the aggregated metrics of round ``rnd`` (and forget its replies)."""
+        """Return the aggregated metrics of round ``rnd`` (its replies kept for a top-up)."""
         self.expected.pop(rnd, None)
         replies = self.replies.pop(rnd, [])
+        self.last_done = (rnd, replies)
+        self.asked_in = {r: n for r, n in self.asked_in.items() if r >= rnd}
         asked = {m.metadata.reply_to_message_id: node for m, node in replies}
         return aggregate_evaluate_replies([m for m, _ in replies], asked)
+
+    def top_up(
+        self,
+        rnd: int,
+        nodes: Sequence[Node],
+        arrays: ArrayRecord,
+        dispatcher: Dispatcher,
+        busy: set[int],
+    ) -> int:
+        """Ask more nodes to evaluate the final round ``rnd`` once training has stopped.
+
+        The final round's evaluation went to the nodes idle at its aggregation; at the end of
+        the run the others are free too (``busy``: nodes whose train message is still out).
+        The round is completed to the nodes ``fraction_evaluate`` and ``min_evaluate_nodes``
+        want, as FedAvg's last round asks them, and its metrics are aggregated over every
+        reply (a round already aggregated is aggregated again with the new replies). Return
+        the number of nodes asked.
+        """
+        asked = self.asked_in.get(rnd, set())
+        need = self.wanted(len(nodes)) - len(asked) if self.enabled else 0
+        free = sorted(n.node_id for n in nodes if not n.gone and n.node_id not in busy | asked)
+        if need <= 0 or not free:
+            return 0
+        if len(free) > need:
+            rng = np.random.default_rng(rnd)  # positions, not ids (see :meth:`sample`)
+            free = sorted(free[int(i)] for i in rng.choice(len(free), size=need, replace=False))
+        if rnd not in self.expected and self.last_done is not None and self.last_done[0] == rnd:
+            self.replies[rnd] = list(self.last_done[1])  # completed: aggregate again with more
+            self.expected[rnd] = 0
+        by_id = {n.node_id: n for n in nodes}
+        messages = [self.message(n, rnd, arrays) for n in free]
+        sent = dispatcher.push_plain(messages, [by_id[n] for n in free])
+        for message_id, node_id in sent:
+            self.sent(message_id, rnd, node_id)
+            dispatcher.record(node_id, -1, "sent", rnd)
+        log(
+            INFO,
+            "client-side evaluation of the final round %d: %d more node(s) asked now that "
+            "training has stopped (%d of the %d that fraction_evaluate and min_evaluate_nodes "
+            "want)",
+            rnd,
+            len(sent),
+            len(asked) + len(sent),
+            self.wanted(len(nodes)),
+        )
+        return len(sent)

@@ -217,15 +217,7 @@ class EventLoop:
         )
         if self.store is not None and reason != STALLED:  # a later start is a new run
             self.store.mark_finished(self.version, reason, self.stopper.num_rounds)
-        pulled = self.dispatcher.finish(self.strategy.loop.poll_interval)
-        wanted = set(self.client_eval.rounds)  # the last evaluations: worth a short wait
-        pulled += self.dispatcher.drain(min(60.0, self.timeout), 0.01, wanted)
-        for msg in pulled:
-            if self.client_eval.owns(msg.metadata.reply_to_message_id):
-                self.client_eval.replies_in[msg.metadata.reply_to_message_id] = msg
-        for message_id in list(self.client_eval.rounds):  # lost ones count as no reply
-            self.on_evaluated(message_id)
-        save_client_evaluations(self)
+        _wind_down(self, top_up=reason != STALLED)
         self.result.arrays = to_record(self.keys, self.served or self.global_arrays)
         return self.result
 
@@ -491,6 +483,23 @@ class EventLoop:
                 self.clock.now() - self.start_time, node_id, job_id, kind, version, samples, detail
             )
         )
+
+
+def _wind_down(loop: EventLoop, *, top_up: bool) -> None:
+    """Stop in-flight work; complete and collect the last client-side evaluations."""
+    pulled = loop.dispatcher.finish(loop.strategy.loop.poll_interval)
+    if top_up and loop.version > 0:  # the final round to the nodes it wants, now all free
+        busy = {s.node_id for s in loop.dispatcher.inflight.values()}
+        nodes = list(loop.nodes.values())
+        loop.client_eval.top_up(loop.version, nodes, loop.global_record, loop.dispatcher, busy)
+    wanted = set(loop.client_eval.rounds)  # the last evaluations: worth a short wait
+    pulled += loop.dispatcher.drain(min(60.0, loop.timeout), 0.01, wanted)
+    for msg in pulled:
+        if loop.client_eval.owns(msg.metadata.reply_to_message_id):
+            loop.client_eval.replies_in[msg.metadata.reply_to_message_id] = msg
+    for message_id in list(loop.client_eval.rounds):  # lost ones count as no reply
+        loop.on_evaluated(message_id)
+    save_client_evaluations(loop)
 
 
 def _round_metrics(

@@ -173,20 +173,13 @@ def _only_record(records: dict[str, Any], key: str, kind: str) -> Any:
     raise InputError(f"reply has {len(records)} {kind}s and none named {key!r}")
 
 
-def _names(names: Sequence[str], shown: int = 5) -> str:
-    """Return up to ``shown`` quoted names, and how many more there are."""
-    head = ", ".join(repr(n) for n in names[:shown])
-    return head + (f" and {len(names) - shown} more" if len(names) > shown else "")
-
-
 def arrays_from_record(record: ArrayRecord, keys: Sequence[str]) -> tuple[NDArray, ...]:
     """Return the arrays of ``record`` in ``keys`` order; raise InputError if the names differ."""
     if set(record.keys()) != set(keys) or len(record) != len(keys):
-        got = set(record.keys())
-        missing = [k for k in keys if k not in got]
-        unexpected = [k for k in record if k not in set(keys)]
-        parts = [f"missing {_names(missing)}"] if missing else []
-        parts += [f"unexpected {_names(unexpected)}"] if unexpected else []
+        missing = [repr(k) for k in keys if k not in record]
+        unexpected = [repr(k) for k in record if k not in set(keys)]
+        parts = [f"missing {', '.join(missing[:5])}"] if missing else []  # 5 names are enough
+        parts += [f"unexpected {', '.join(unexpected[:5])}"] if unexpected else []
         raise InputError(
             f"array names differ from the global model's ({len(record)} arrays, expected "
             f"{len(keys)}: {'; '.join(parts) or 'a name repeated'})"

@@ -269,3 +269,30 @@ def test_each_metric_is_averaged_over_the_nodes_that_sent_it() -> None:
     assert "evaluate metric 'acc' of node" in caplog.text
     assert "is not finite" in caplog.text
     assert "shape differs" in caplog.text
+
+
+def test_the_final_round_is_evaluated_on_the_nodes_it_wants_once_training_stops() -> None:
+    """Found by a new-user probe: with ``fraction_evaluate=1.0`` the final round's client-side
+    metric came from 1 of 4 nodes (the others were training at its aggregation), below
+    ``min_evaluate_nodes``, although every node was free once the run had stopped."""
+    grid = InProcessGrid(EvaluatingToy(), 4)
+    strategy = EdgeStrategy(
+        threshold=1, clock=virtual(), shares=EQUAL, fraction_evaluate=1.0, checkpoint_dir=""
+    )
+    with flwr_logs() as caplog:
+        result = strategy.start(grid, model(0.0), num_rounds=3, evaluate_fn=accuracy_fn())
+    final = len(strategy.history)
+    sent = [
+        m.metadata.dst_node_id
+        for m in grid.pushed
+        if m.metadata.message_type == "evaluate" and m.metadata.group_id == str(final)
+    ]
+    assert sorted(sent) == [1001, 1002, 1003, 1004]  # each node once
+    assert f"client-side evaluation of the final round {final}:" in caplog.text
+    assert dict(result.evaluate_metrics_clientapp[final]) == pytest.approx(_expected(grid, final))
+    earlier = [
+        m
+        for m in grid.pushed
+        if m.metadata.message_type == "evaluate" and m.metadata.group_id == "1"
+    ]
+    assert len(earlier) < 4  # rounds during training still ask only the idle nodes
