@@ -256,7 +256,7 @@ class ClientEvaluation:
         reply (a round already aggregated is aggregated again with the new replies). Return
         the number of nodes asked.
         """
-        asked = self.asked_in.get(rnd, set())
+        asked = set(self.asked_in.get(rnd, ()))  # a copy: sent() adds to the round's set
         need = self.wanted(len(nodes)) - len(asked) if self.enabled else 0
         free = sorted(n.node_id for n in nodes if not n.gone and n.node_id not in busy | asked)
         if need <= 0 or not free:
