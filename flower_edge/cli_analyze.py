@@ -214,6 +214,8 @@ def load_model(spec: str, shape: tuple[int, ...], kwargs: Mapping[str, Any]) -> 
         )
     try:
         model = factory(**call_kwargs)
+    except InputError as exc:  # a bundled model's check: the message names the keyword
+        raise InputError(f"MODEL {spec!r}: {exc}") from exc
     except Exception as exc:  # the factory is user code: any failure is bad input
         raise InputError(f"MODEL {spec!r}: the factory raised {type(exc).__name__}: {exc}") from exc
     if not isinstance(model, nn.Module):

@@ -19,8 +19,9 @@ name             what                                       input
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import torch
 from torch import nn
@@ -28,7 +29,16 @@ from torch import nn
 from flower_edge import validate
 from flower_edge.errors import InputError
 
-__all__ = ["MODELS", "CNN", "CNN1D", "MLP", "ResNet18", "TransformerClassifier", "build_model"]
+__all__ = [
+    "MAX_PARAMETERS",
+    "MODELS",
+    "CNN",
+    "CNN1D",
+    "MLP",
+    "ResNet18",
+    "TransformerClassifier",
+    "build_model",
+]
 
 
 class MLP(nn.Module):
@@ -287,14 +297,42 @@ MODELS: dict[str, Callable[..., nn.Module]] = {
 }
 
 
+#: the most parameters a bundled model may have (400 MB of float32 weights, 9x ResNet-18);
+#: also the bound of each integer keyword argument: every size alone adds at least as many
+#: parameters (and ``heads`` divides ``d_model``)
+MAX_PARAMETERS: Final = 10**8
+
+
+def _check_kwargs(name: str, factory: Callable[..., nn.Module], kwargs: dict[str, Any]) -> None:
+    """Check each keyword argument against the factory's signature and its bounds."""
+    accepted = inspect.signature(factory).parameters
+    for key, value in kwargs.items():
+        if key not in accepted:
+            raise InputError(
+                f"{name} takes no keyword argument {key!r}; it takes {', '.join(accepted)}"
+            )
+        default = accepted[key].default
+        if isinstance(default, bool):
+            validate.boolean(key, value, error=InputError)
+        elif isinstance(default, int):
+            validate.integer(key, value, low=1, high=MAX_PARAMETERS, error=InputError)
+
+
 def build_model(name: str, **kwargs: Any) -> nn.Module:
     """Build a bundled model by name.
+
+    Every integer keyword argument is a size or a count (features, classes, widths, heads):
+    an integer in ``[1, MAX_PARAMETERS]`` (not a float such as ``2.0``, nor a ``bool``); a
+    flag such as ``small_input`` is a ``bool``. The model is first built on torch's ``meta``
+    device (shapes only, no memory, no draw from the RNG) to count its parameters: at most
+    :data:`MAX_PARAMETERS` (``10**8``).
 
     Raises
     ------
     InputError
-        If ``name`` is not a bundled model (the message lists the valid names), or an integer
-        keyword argument (every one is a size or a count: features, classes, widths) is < 1.
+        If ``name`` is not a bundled model (the message lists the valid names); a keyword
+        argument that the model does not take, of the wrong type or out of its range (the
+        message names it); or a model over :data:`MAX_PARAMETERS` parameters.
     """
     try:
         factory = MODELS[name]
@@ -302,7 +340,13 @@ def build_model(name: str, **kwargs: Any) -> nn.Module:
         raise InputError(
             f"unknown model {name!r}; bundled models: {', '.join(sorted(MODELS))}"
         ) from None
-    for key, value in kwargs.items():
-        if isinstance(value, int) and not isinstance(value, bool):
-            validate.integer(key, value, low=1, error=InputError)
+    _check_kwargs(name, factory, kwargs)
+    with torch.device("meta"):
+        count = sum(p.numel() for p in factory(**kwargs).parameters())
+    if count > MAX_PARAMETERS:
+        sizes = ", ".join(f"{k}={v}" for k, v in kwargs.items()) or "its defaults"
+        raise InputError(
+            f"{name} with {sizes} has {count:,} parameters, over the "
+            f"{MAX_PARAMETERS:,} allowed: use smaller sizes"
+        )
     return factory(**kwargs)
