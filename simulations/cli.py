@@ -78,7 +78,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--rounds",
         type=int,
         default=None,
-        help="aggregations per strategy (default: the scenario's update budget)",
+        help="aggregations per strategy, at most 1,000,000 (default: the scenario's update budget)",
     )
     p.add_argument(
         "--heterogeneity",
@@ -126,12 +126,15 @@ def _check_overrides(args: argparse.Namespace) -> Scenario:
     from simulations.scenarios import (
         DATASET_SIZES,
         MAX_HETEROGENEITY,
+        MAX_ROUNDS,
         MAX_SEED,
         resolve_scenario,
         resolve_strategies,
     )
 
-    validate.integer("--rounds", args.rounds, low=1, allow_none=True, error=InputError)
+    validate.integer(
+        "--rounds", args.rounds, low=1, high=MAX_ROUNDS, allow_none=True, error=InputError
+    )
     validate.integer("--seed", args.seed, low=0, high=MAX_SEED, error=InputError)
     validate.integer("--cpus", args.cpus, low=1, allow_none=True, error=InputError)
     try:

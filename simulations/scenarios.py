@@ -38,6 +38,7 @@ __all__ = [
     "ENGINES",
     "Engine",
     "MAX_HETEROGENEITY",
+    "MAX_ROUNDS",
     "MAX_SEED",
     "SCENARIOS",
     "STRATEGIES",
@@ -54,6 +55,9 @@ __all__ = [
 MAX_HETEROGENEITY: Final = 1e6
 #: largest seed (torch and numpy take 64-bit seeds)
 MAX_SEED: Final = 2**64 - 1
+#: most aggregations of a run: the scenarios' budgets are in the hundreds; beyond a million
+#: a run (a few seconds a round at least) would not end in a year
+MAX_ROUNDS: Final = 1_000_000
 
 StrategyName = Literal["edge", "edge-seed", "fedavg", "fedbuff", "fedasync"]
 """``edge``: the project's best configuration of the edge method; ``edge-seed``: the seeds

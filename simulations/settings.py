@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Final, Literal, TypedDict, Unpack, cast, get_a
 from flower_edge import validate
 from flower_edge.errors import ConfigError, InputError
 from simulations.scenarios import (
+    MAX_ROUNDS,
     MAX_SEED,
     STRATEGIES,
     Scenario,
@@ -163,7 +164,7 @@ class SimSettings:
         resolve_strategies(self.strategy)
         validate.choice("strategy", self.strategy, STRATEGIES, error=InputError)
         validate.integer("seed", self.seed, low=0, high=MAX_SEED, error=InputError)
-        validate.integer("rounds", self.rounds, low=1, error=InputError)
+        validate.integer("rounds", self.rounds, low=1, high=MAX_ROUNDS, error=InputError)
         validate.probability("alpha", self.alpha, error=InputError)
         validate.number(
             "theta", self.theta, low=0.0, finite=False, allow_none=True, error=InputError

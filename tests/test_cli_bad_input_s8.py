@@ -184,3 +184,31 @@ def test_the_parameter_bound_leaves_the_bundled_models_as_they_were() -> None:
         built = build_model(name).state_dict()
         assert direct.keys() == built.keys()
         assert all(torch.equal(direct[k], built[k]) for k in direct), name
+
+
+# ---------------------------------------------------------------- simulate: --rounds
+@pytest.mark.parametrize("rounds", ["100000000000", "1000001"])
+def test_simulate_bounds_the_rounds(
+    rounds: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by a new-user probe: ``--rounds 100000000000`` was accepted and FedAvg ran on
+    more or less forever."""
+    out = tmp_path / "o"
+    argv = ["simulate", "--engine", "inprocess", "--strategy", "fedavg", "--out", str(out)]
+    fails([*argv, "--rounds", rounds], capsys, "--rounds must be an integer in [1, 1000000]")
+    assert not out.exists()
+
+
+def test_settings_and_run_config_bound_the_rounds() -> None:
+    """Found by a new-user probe: the bound holds for every way in, the run config's too."""
+    from flower_edge.errors import ConfigError, InputError
+    from simulations.app import SimSettings
+    from simulations.scenarios import MAX_ROUNDS
+    from simulations.settings import NUM_SERVER_ROUNDS, RUN_CONFIG_DEFAULTS, STRATEGY
+
+    assert SimSettings.create("digits-20", "fedavg", rounds=MAX_ROUNDS).rounds == MAX_ROUNDS
+    with pytest.raises(InputError, match=r"rounds must be an integer in \[1, 1000000\]"):
+        SimSettings.create("digits-20", "fedavg", rounds=MAX_ROUNDS + 1)
+    cfg = {**RUN_CONFIG_DEFAULTS, NUM_SERVER_ROUNDS: 10**11, STRATEGY: "fedavg"}
+    with pytest.raises(ConfigError, match="rounds"):
+        SimSettings.from_run_config(cfg)
