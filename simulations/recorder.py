@@ -21,6 +21,9 @@ A node's *work segment* is the list of slices since it last started a job. A rep
 with :data:`~flower_edge.wire.DONE` = 1 (or a reply without that key: an unmodified Flower
 client) closes the segment as a delivered update. Samples processed are counted per slice
 (the difference of the job's cumulative :data:`~flower_edge.wire.SAMPLES_PROCESSED`).
+A delivered update is filed under its node and :data:`~flower_edge.wire.JOB_ID`, so that the
+slices of an update the server did not use (rejected, left out by ``drop_worst``, never
+aggregated) can be counted as wasted too (:meth:`WorkLedger.wasted_fraction`).
 """
 
 from __future__ import annotations
@@ -68,6 +71,9 @@ class SliceRecord:
         Whether the reply carried a finished update.
     abandoned : bool
         Whether the client abandoned its stale job at the start of this slice.
+    job_id : int, optional
+        The job the reply names (:data:`~flower_edge.wire.JOB_ID`; ``None`` for an unmodified
+        Flower client).
     """
 
     node_id: int
@@ -76,6 +82,7 @@ class SliceRecord:
     samples: int
     done: bool
     abandoned: bool
+    job_id: int | None = None
 
 
 @dataclass
@@ -89,6 +96,8 @@ class WorkLedger:
     abandoned_slices: set[int] = field(default_factory=set)
     #: slice indices of delivered updates (finished jobs)
     delivered_slices: set[int] = field(default_factory=set)
+    #: (node id, job id) -> slice indices of that job's delivered update
+    delivered_jobs: dict[tuple[int, int], list[int]] = field(default_factory=dict)
     abandoned_jobs: int = 0
     #: node id -> partition id, when replies report it (simulations)
     partitions: dict[int, int] = field(default_factory=dict)
@@ -111,6 +120,8 @@ class WorkLedger:
         done = bool(_number(get(wire.DONE, 1)))
         abandoned = bool(_number(get(wire.ABANDONED, 0)))
         cumulative = int(_number(get(wire.SAMPLES_PROCESSED, get(wire.NUM_EXAMPLES, 0))))
+        job = get(wire.JOB_ID, None)
+        job_id = job if isinstance(job, int) and not isinstance(job, bool) else None
         segment = self.open_segment.setdefault(node_id, [])
         if abandoned and segment:
             self.abandoned_slices.update(segment)
@@ -121,10 +132,14 @@ class WorkLedger:
         samples = max(cumulative - before, 0) if cumulative >= before else cumulative
         self._job_samples[node_id] = cumulative
         index = len(self.slices)
-        self.slices.append(SliceRecord(node_id, start, start + seconds, samples, done, abandoned))
+        self.slices.append(
+            SliceRecord(node_id, start, start + seconds, samples, done, abandoned, job_id)
+        )
         segment.append(index)
         if done:
             self.delivered_slices.update(segment)
+            if job_id is not None:
+                self.delivered_jobs[(node_id, job_id)] = list(segment)
             segment.clear()
             self._job_samples[node_id] = 0
 
@@ -133,12 +148,23 @@ class WorkLedger:
         idx = range(len(self.slices)) if which is None else which
         return sum(self.slices[i].samples for i in idx)
 
-    def wasted_fraction(self, rejected_slices: Iterable[int] = ()) -> float:
-        """Return abandoned (plus ``rejected_slices``) samples over all samples trained."""
+    def slices_of(self, jobs: Iterable[tuple[int, int]]) -> set[int]:
+        """Return the slice indices of the delivered updates of ``jobs`` ((node, job) pairs).
+
+        A job whose update never arrived (or arrived without a job id) has none.
+        """
+        return {i for key in jobs for i in self.delivered_jobs.get(key, ())}
+
+    def wasted_fraction(self, unused_slices: Iterable[int] = ()) -> float:
+        """Return the wasted share of the samples trained.
+
+        Wasted: the abandoned slices, plus ``unused_slices`` (the slices of delivered
+        updates that no aggregation used: rejected, left out, never aggregated).
+        """
         total = self.samples()
         if total == 0:
             return 0.0
-        wasted = self.abandoned_slices | set(rejected_slices)
+        wasted = self.abandoned_slices | set(unused_slices)
         return self.samples(wasted) / total
 
 

@@ -18,9 +18,11 @@ JSON contract of ``flower-edge simulate --json`` (one object per run; a list for
                   "participants": int, "mean_staleness": float}]}
 
 ``wasted_compute_fraction`` is the fraction of the training samples the clients processed
-whose work never reached an aggregation: jobs abandoned by the abandon rule, plus finished
-updates the server rejected or never aggregated before the run ended. Work still in flight
-when the run ends is not counted either way.
+whose work never reached the global model: jobs abandoned by the abandon rule, plus finished
+updates the server rejected, left out of their aggregation (``drop_worst``: the
+``dropped_updates``) or had not aggregated when the run ended
+(:func:`simulations.server.unused_updates`). Work still in flight when the run ends is not
+counted either way.
 
 ``description`` names the strategy; for ``edge`` it lists every departure from the seeds
 (``simulations.presets``). ``abandon`` is the strategy's own tally of the abandon rule
@@ -104,8 +106,9 @@ class TimelineSpan:
         Virtual seconds; ``start <= end``.
     kind : {"training", "abandoned", "offline", "wasted"}
         ``training``: a slice whose work was aggregated or is still useful; ``abandoned``:
-        a slice of a job later abandoned; ``wasted``: a slice of an update never
-        aggregated; ``offline``: the device was unreachable.
+        a slice of a job later abandoned; ``wasted``: a slice of a finished update that no
+        aggregation used (rejected, left out by ``drop_worst``, never aggregated);
+        ``offline``: the device was unreachable.
     """
 
     node: int

@@ -10,11 +10,11 @@ import math
 import time
 from collections.abc import Callable
 from logging import INFO
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final
 
 from simulations.nodes import build_task, compute_share, devices_for, samples_per_round
 from simulations.presets import VALIDATION_METRIC, describe
-from simulations.report import HistoryPoint, RunResult, TimelineSpan
+from simulations.report import HistoryPoint, RunResult, SpanKind, TimelineSpan
 from simulations.settings import MAX_SHARE_OVER_MEAN, MESSAGE_TIMEOUT, SimSettings
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from simulations.recorder import WorkLedger
 
-__all__ = ["ProgressFn", "build_strategy", "make_server_app", "run_server"]
+__all__ = ["ProgressFn", "build_strategy", "make_server_app", "run_server", "unused_updates"]
 
 
 class _Evaluator:
@@ -214,7 +214,8 @@ def _run_server(grid: Grid, settings: SimSettings, progress: ProgressFn | None) 
     evaluator.report_records()  # the last aggregation
     wall = time.perf_counter() - t0
     history = _history(strategy, evaluator, result)
-    spans = _timeline(recorder.ledger, settings)
+    unused = recorder.ledger.slices_of(unused_updates(strategy, result))
+    spans = _timeline(recorder.ledger, settings, unused)
     abandoned = recorder.ledger.abandoned_jobs
     log(
         INFO,
@@ -232,7 +233,7 @@ def _run_server(grid: Grid, settings: SimSettings, progress: ProgressFn | None) 
         final_accuracy=history[-1].accuracy,
         rounds=len(history) - 1,
         abandoned_jobs=abandoned,
-        wasted_compute_fraction=recorder.ledger.wasted_fraction(),
+        wasted_compute_fraction=recorder.ledger.wasted_fraction(unused),
         wall_seconds=wall,
         history=tuple(history),
         timeline=tuple(spans),
@@ -289,14 +290,46 @@ def _history(strategy: Any, evaluator: _Evaluator, result: Any) -> list[HistoryP
     return points
 
 
-def _timeline(ledger: WorkLedger, settings: SimSettings) -> list[TimelineSpan]:
+def unused_updates(strategy: Any, result: Any) -> set[tuple[int, int]]:
+    """Return the (node id, job id) of the finished updates that no aggregation used.
+
+    From the strategy's own records: updates it rejected (``rejected`` events), updates an
+    aggregation left out (``drop_worst``: a round whose ``dropped-updates`` is 1 gives the
+    dropped update weight 0 in its :class:`~strategies.records.AggregationRecord`), and
+    updates accepted into the buffer (``finished`` events) that no aggregation took before
+    the run ended. Empty for FedAvg, which keeps no such records.
+    """
+    events = getattr(strategy, "events", None)
+    records = getattr(strategy, "history", None)
+    if events is None or records is None or hasattr(strategy, "round_seconds"):
+        return set()
+    metrics = getattr(result, "train_metrics_clientapp", {}) or {}
+    used: set[tuple[int, int]] = set()
+    for rec in records:
+        keys = list(zip(rec.participants, rec.job_ids, strict=True))
+        round_metrics = metrics.get(rec.round)
+        if round_metrics is not None and round_metrics.get("dropped-updates", 0):
+            left_out = next((i for i, w in enumerate(rec.weights) if w == 0.0), None)
+            if left_out is not None:
+                del keys[left_out]
+        used.update(keys)
+    received = {
+        (e.node_id, e.job_id)
+        for e in events
+        if e.kind in ("finished", "rejected") and e.job_id >= 0
+    }
+    return received - used
+
+
+def _timeline(ledger: WorkLedger, settings: SimSettings, unused: set[int]) -> list[TimelineSpan]:
+    """Return every client's spans: training, abandoned, wasted (``unused``), offline."""
     spans: list[TimelineSpan] = []
     partition = ledger.partitions
     end = 0.0
     for i, s in enumerate(ledger.slices):
         node = partition.get(s.node_id, -1)
-        kind: Literal["training", "abandoned"] = (
-            "abandoned" if i in ledger.abandoned_slices else "training"
+        kind: SpanKind = (
+            "abandoned" if i in ledger.abandoned_slices else "wasted" if i in unused else "training"
         )
         spans.append(TimelineSpan(node, s.start, s.end, kind))
         end = max(end, s.end)
