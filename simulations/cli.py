@@ -375,6 +375,8 @@ class _Progress:
         self.label = ""
         self.last_round = -1
         self.tty = stream.isatty()
+        self.line = ""
+        self.open = False  # the last line is not ended (terminal) or not written (log)
 
     def start(self, label: str) -> None:
         self.run_index += 1
@@ -394,13 +396,20 @@ class _Progress:
             f"[{self.run_index}/{self.total_runs}] {self.label} [{bar}] round {rnd}/{rounds} "
             f"acc {accuracy:.3f} t {virtual_time:.1f} s"
         )
+        self.line, self.open = line, rnd < rounds
         if self.tty:
-            self.stream.write("\r" + line)
-            if rnd >= rounds:
-                self.stream.write("\n")
+            self.stream.write("\r" + line + ("" if self.open else "\n"))
         elif rnd == rounds or rnd % max(1, rounds // 10) == 0:
             self.stream.write(line + "\n")
+            self.open = False
         self.stream.flush()
+
+    def finish(self) -> None:
+        """End the bar of a run that stopped before its round budget, on its last round."""
+        if self.open:
+            self.stream.write("\n" if self.tty else self.line + "\n")
+            self.stream.flush()
+            self.open = False
 
 
 def _write_outputs(
@@ -508,6 +517,7 @@ def _run(
                     verbose=args.verbose,
                 )
             )
+            progress.finish()
         written = _write_outputs(results, runs, out, as_list) if out is not None else []
     if args.json:
         print(results_to_json(results, as_list=as_list))

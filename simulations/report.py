@@ -5,7 +5,10 @@ JSON contract of ``flower-edge simulate --json`` (one object per run; a list for
 
     {"scenario": str, "strategy": str, "seed": int, "clients": int,
      "target_accuracy": float, "time_to_target": float | null (virtual seconds),
-     "final_accuracy": float, "rounds": int, "abandoned_jobs": int,
+     "final_accuracy": float, "rounds": int,
+     "rounds_requested": int (the round budget: --rounds, or the scenario's update budget),
+     "stopped": "rounds" | "time" | "target" | "convergence" | "stalled",
+     "stop_reason": str (the strategy's words), "abandoned_jobs": int,
      "wasted_compute_fraction": float, "wall_seconds": float,
      "description": str,
      "abandon": {"offers": int, "abandoned": int, "samples_wasted": int,
@@ -24,6 +27,11 @@ updates the server rejected, left out of their aggregation (``drop_worst``: the
 (:func:`simulations.server.unused_updates`). Work still in flight when the run ends is not
 counted either way.
 
+``rounds`` is the aggregations done; ``stopped`` says what ended the run
+(:data:`strategies.convergence.StopKind`): its round budget of ``rounds_requested``
+aggregations, a time budget, a target metric, the plateau of the metric (``convergence``,
+the edge presets' default stop), or nothing could happen any more (``stalled``).
+
 ``description`` names the strategy; for ``edge`` it lists every departure from the seeds
 (``simulations.presets``). ``abandon`` is the strategy's own tally of the abandon rule
 (``strategies.abandon``): preemption points offered (a newer global reached a node busy with a
@@ -41,9 +49,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from simulations.presets import EDGE_PRESETS
+
+if TYPE_CHECKING:
+    from strategies.convergence import StopKind
 
 __all__ = [
     "HistoryPoint",
@@ -51,6 +62,7 @@ __all__ = [
     "SpanKind",
     "TimelineSpan",
     "results_to_json",
+    "stop_line",
     "summary_table",
     "time_to_target",
     "write_json",
@@ -149,6 +161,12 @@ class RunResult:
         What the strategy is; for ``edge``, its departures from the seeds.
     abandon : dict[str, float] (default: {})
         The abandon rule's tally (see the module docstring).
+    rounds_requested : int (default: 0)
+        The round budget the run was given.
+    stopped : StopKind (default: "rounds")
+        What ended the run (see the module docstring).
+    stop_reason : str (default: "round budget")
+        The same in the strategy's words.
     """
 
     scenario: str
@@ -166,6 +184,9 @@ class RunResult:
     extras: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     description: str = ""
     abandon: dict[str, float] = field(default_factory=dict, hash=False, compare=False)
+    rounds_requested: int = 0
+    stopped: StopKind = "rounds"
+    stop_reason: str = "round budget"
 
     @property
     def time_to_target(self) -> float | None:
@@ -188,6 +209,9 @@ class RunResult:
             "time_to_target": self.time_to_target,
             "final_accuracy": self.final_accuracy,
             "rounds": self.rounds,
+            "rounds_requested": self.rounds_requested,
+            "stopped": self.stopped,
+            "stop_reason": self.stop_reason,
             "abandoned_jobs": self.abandoned_jobs,
             "wasted_compute_fraction": self.wasted_compute_fraction,
             "wall_seconds": self.wall_seconds,
@@ -250,6 +274,7 @@ def summary_table(results: Sequence[RunResult]) -> str:
             f"{r0.target_accuracy:.2f}; times in virtual seconds"
         )
         lines.extend(_resized(r0.scenario, r0.clients))
+    lines.extend(stop_line(r) for r in results)
     for r in results:
         a = r.abandon
         if a.get("offers"):
@@ -280,6 +305,32 @@ def summary_table(results: Sequence[RunResult]) -> str:
     described = {r.strategy: r.description for r in results if r.description}
     lines.extend(described.values())
     return "\n".join(lines)
+
+
+#: how the table names each stop kind
+_STOPPED_BY: Final[dict[str, str]] = {
+    "rounds": "its round budget",
+    "time": "its time budget",
+    "target": "the target metric",
+    "convergence": "the convergence stop",
+    "stalled": "a stall",
+}
+
+
+def stop_line(result: RunResult) -> str:
+    """Return the table's line on what ended a run and after how many aggregations.
+
+    A run may end before its round budget (``--rounds``): the edge presets stop on a plateau
+    of the validation loss, and this line says so.
+    """
+    by = _STOPPED_BY.get(result.stopped, result.stopped)
+    line = (
+        f"{result.strategy}: stopped by {by} after {result.rounds} of "
+        f"{result.rounds_requested} aggregations"
+    )
+    if result.stopped != "rounds" and result.stop_reason:
+        line += f" ({result.stop_reason})"
+    return line
 
 
 def write_json(results: Sequence[RunResult], path: Path, *, as_list: bool) -> Path:

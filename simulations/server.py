@@ -240,6 +240,9 @@ def _run_server(grid: Grid, settings: SimSettings, progress: ProgressFn | None) 
         extras={**_extras(recorder.ledger, history), **_dropped(result)},
         description=describe(settings),
         abandon=_abandon(result),
+        rounds_requested=settings.rounds,
+        stopped=getattr(strategy, "stop_kind", None) or "rounds",  # FedAvg: its rounds
+        stop_reason=getattr(strategy, "stop_reason", "") or "round budget",
     )
 
 

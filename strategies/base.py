@@ -39,6 +39,7 @@ from strategies.config import (
     StopConfig,
     ValuationConfig,
 )
+from strategies.convergence import StopKind
 from strategies.evaluation import EvaluateFn, to_record
 from strategies.loop import EventLoop
 from strategies.records import (
@@ -280,6 +281,9 @@ class SemiAsyncStrategy(Strategy):
         self.resume = resume
         self.history: list[AggregationRecord] = []
         self.events: list[JobEvent] = []
+        #: why the last start() ended, in words and as a kind (None before any run)
+        self.stop_reason = ""
+        self.stop_kind: StopKind | None = None
         self.evaluate_fn_given = False
 
     #: serve the moving average of the global models over this many passes (EdgeStrategy)
@@ -557,6 +561,8 @@ class SemiAsyncStrategy(Strategy):
         )
         started = time.time()
         result = run.execute()
+        self.stop_reason = run.stopper.reason or "round budget"
+        self.stop_kind = run.stopper.kind or "rounds"
         # the closing lines of Flower's own Strategy.start, so that logs read the same
         log(INFO, "")
         log(INFO, "Strategy execution finished in %.2fs", time.time() - started)

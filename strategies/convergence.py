@@ -2,16 +2,23 @@
 
 :class:`ConvergenceStop` is asked after every event whether the run is finished and is shown
 the test metric after every aggregation. The first reason that applies is kept (and logged by
-the loop); the loop may also stop it for its own reasons (nothing can happen any more).
+the loop), in words (:attr:`ConvergenceStop.reason`) and as a :data:`StopKind`
+(:attr:`ConvergenceStop.kind`); the loop may also stop it for its own reasons (nothing can
+happen any more: ``"stalled"``).
 """
 
 from __future__ import annotations
 
 from collections import deque
+from typing import Literal
 
 from strategies.config import StopConfig
 
-__all__ = ["ConvergenceStop"]
+__all__ = ["ConvergenceStop", "StopKind"]
+
+#: why a run ended: its round budget, its time budget, the target metric, a plateau of the
+#: metric (the convergence stop), or nothing could happen any more (no node left)
+StopKind = Literal["rounds", "time", "target", "convergence", "stalled"]
 
 
 class ConvergenceStop:
@@ -45,6 +52,7 @@ class ConvergenceStop:
         self.best: float | None = None
         self.since_best = 0
         self.reason = ""
+        self.kind: StopKind | None = None
         self.patience = config.patience
         self.recent: deque[float] = deque(maxlen=1)
 
@@ -60,20 +68,21 @@ class ConvergenceStop:
         self.since_best = since_best
         self.recent = deque(recent, maxlen=self.recent.maxlen)
 
-    def stop(self, reason: str) -> None:
-        """Stop the run for ``reason`` (unless it already stopped)."""
+    def stop(self, reason: str, kind: StopKind) -> None:
+        """Stop the run for ``reason``, of ``kind`` (unless it already stopped)."""
         if not self.reason:
             self.reason = reason
+            self.kind = kind
 
     def finished(self, version: int, elapsed: float) -> bool:
         """Return whether the run is over after ``version`` aggregations and ``elapsed`` s."""
         if self.reason:
             return True
         if version >= self.num_rounds:
-            self.reason = "round budget"
+            self.stop("round budget", "rounds")
             return True
         if self.time_budget is not None and elapsed >= self.time_budget:
-            self.reason = "time budget"
+            self.stop("time budget", "time")
             return True
         return False
 
@@ -83,7 +92,7 @@ class ConvergenceStop:
             return
         stop = self.config
         if stop.target is not None and self.sign * (metric - stop.target) >= 0:
-            self.stop(f"target {stop.target} reached ({metric})")
+            self.stop(f"target {stop.target} reached ({metric})", "target")
             return
         self.recent.append(metric)
         if len(self.recent) < (self.recent.maxlen or 1):
@@ -99,5 +108,6 @@ class ConvergenceStop:
                 over = "" if size == 1 else f" of the {size}-aggregation mean"
                 self.stop(
                     f"plateau: no improvement > {stop.min_delta}{over} "
-                    f"in {self.patience} aggregations"
+                    f"in {self.patience} aggregations",
+                    "convergence",
                 )

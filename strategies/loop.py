@@ -201,7 +201,7 @@ class EventLoop:
         while not self._finished():
             if not self._pump():
                 if not unblock(self):
-                    self.stopper.stop(STALLED)
+                    self.stopper.stop(STALLED, "stalled")
                     log(WARNING, "%s: stopping, %s", self.name, self.stopper.reason)
                     break
                 wait(self)

@@ -76,3 +76,85 @@ def test_the_run_counts_and_draws_the_updates_it_left_out(edge_run: RunResult) -
     assert dropped >= 1
     assert kinds["wasted"] >= dropped  # each left-out update has one slice or more
     assert edge_run.wasted_compute_fraction > 0.0
+
+
+@pytest.mark.parametrize(
+    ("stop", "kind"),
+    [
+        ({"target": 0.5}, "target"),
+        ({"patience": 2, "min_delta": 0.01}, "convergence"),
+        ({}, "rounds"),
+    ],
+)
+def test_the_strategy_says_why_its_run_ended(stop: dict[str, float], kind: str) -> None:
+    """Found by a new-user probe: ``--rounds 1000`` ended after 119 aggregations, and nothing
+    said that the plateau stop had ended it."""
+    from flwr.app import ArrayRecord, MetricRecord
+
+    from strategies import EdgeStrategy, StopConfig
+    from strategies.inprocess import InProcessGrid
+
+    def flat(_: int, arrays: ArrayRecord) -> MetricRecord:
+        return MetricRecord({"accuracy": 0.5})
+
+    # the target is met at once; a flat metric is a plateau; no stop rule runs to the budget
+    strategy = EdgeStrategy(
+        threshold=2,
+        clock=virtual(),
+        shares=EQUAL,
+        stop=StopConfig(**stop) if stop else StopConfig(patience=None),  # type: ignore[arg-type]
+    )
+    strategy.start(InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=5, evaluate_fn=flat)
+    assert strategy.stop_kind == kind
+    assert len(strategy.history) == (5 if kind == "rounds" else 1 if kind == "target" else 3)
+    assert strategy.stop_reason.startswith(
+        {"target": "target 0.5 reached", "convergence": "plateau:", "rounds": "round budget"}[kind]
+    )
+
+
+def test_the_table_says_what_stopped_a_run_early() -> None:
+    """Found by a new-user probe: the summary did not say that the convergence stop ended a
+    run long before ``--rounds``."""
+    from dataclasses import replace
+
+    from simulations.report import HistoryPoint, RunResult, summary_table
+
+    history = tuple(HistoryPoint(float(i), i, 0.9, 5, 0.0) for i in range(120))
+    base = RunResult("digits-20", "edge", 0, 20, 0.9, 0.9, 119, 0, 0.0, 1.0, history)
+    plateau = "plateau: no improvement > 0.0 of the 4-aggregation mean in 20 aggregations"
+    early = replace(base, rounds_requested=1000, stopped="convergence", stop_reason=plateau)
+    table = summary_table([early, replace(base, strategy="fedbuff", rounds_requested=119)])
+    assert (
+        f"edge: stopped by the convergence stop after 119 of 1000 aggregations ({plateau})"
+        in table.splitlines()
+    )
+    assert "fedbuff: stopped by its round budget after 119 of 119 aggregations" in table
+
+
+def test_the_progress_bar_ends_on_the_last_round_of_an_early_stop() -> None:
+    """Found by a new-user probe: a run stopped at round 119 of 1000 left its progress at
+    round 100 (a log) or its bar unended (a terminal)."""
+    import io
+
+    from simulations.cli import _Progress
+
+    stream = io.StringIO()
+    bar = _Progress(stream, 1)
+    bar.start("digits-20/edge")
+    for rnd in range(120):
+        bar(rnd, 1000, 0.9, float(rnd))
+    bar.finish()
+    lines = stream.getvalue().splitlines()
+    assert "round 119/1000" in lines[-1]
+    bar.finish()  # nothing more to end
+    assert stream.getvalue().splitlines() == lines
+
+
+def test_the_json_says_why_the_run_ended(edge_run: RunResult) -> None:
+    """Found by a new-user probe: results.json did not say what ended a run (``--rounds``
+    budget, convergence, target)."""
+    data = edge_run.to_dict()
+    assert data["rounds"] == 3
+    assert data["rounds_requested"] == 3
+    assert data["stopped"] == "rounds"
+    assert data["stop_reason"] == "round budget"
