@@ -4,6 +4,9 @@ JSON contract of ``flower-edge simulate --json`` (one object per run; a list for
 ``--strategy all``)::
 
     {"scenario": str, "strategy": str, "seed": int, "clients": int,
+     "heterogeneity": float (fastest / slowest compute of the devices, as run),
+     "threshold": int | null (the K the strategy ran with; null for FedAvg),
+     "engine": "ray" | "inprocess" | "flwr-run",
      "target_accuracy": float, "time_to_target": float | null (virtual seconds),
      "final_accuracy": float, "rounds": int,
      "rounds_requested": int (the round budget: --rounds, or the scenario's update budget),
@@ -26,6 +29,12 @@ updates the server rejected, left out of their aggregation (``drop_worst``: the
 ``dropped_updates``) or had not aggregated when the run ended
 (:func:`simulations.server.unused_updates`). Work still in flight when the run ends is not
 counted either way.
+
+The first fields identify the run: with ``heterogeneity`` and ``threshold`` as resolved (a
+``--clients`` below the scenario's lowers K with it), ``rounds_requested`` and ``engine``
+(``flwr-run``: the ServerApp under ``flwr run .``), the same command runs it again.
+``threshold`` is the strategy's own K: ``edge`` and ``edge-seed`` aggregate when more than K
+updates are in, FedBuff at K, FedAsync at 1.
 
 ``rounds`` is the aggregations done; ``stopped`` says what ended the run
 (:data:`strategies.convergence.StopKind`): its round budget of ``rounds_requested``
@@ -167,6 +176,12 @@ class RunResult:
         What ended the run (see the module docstring).
     stop_reason : str (default: "round budget")
         The same in the strategy's words.
+    heterogeneity : float (default: 0.0)
+        Fastest / slowest compute of the devices, as run.
+    threshold : int, optional
+        The strategy's K (``None`` for FedAvg).
+    engine : str (default: "flwr-run")
+        ``ray`` or ``inprocess`` (``flower-edge simulate``), ``flwr-run`` (``flwr run .``).
     """
 
     scenario: str
@@ -187,6 +202,9 @@ class RunResult:
     rounds_requested: int = 0
     stopped: StopKind = "rounds"
     stop_reason: str = "round budget"
+    heterogeneity: float = 0.0
+    threshold: int | None = None
+    engine: str = "flwr-run"
 
     @property
     def time_to_target(self) -> float | None:
@@ -205,6 +223,9 @@ class RunResult:
             "strategy": self.strategy,
             "seed": self.seed,
             "clients": self.clients,
+            "heterogeneity": self.heterogeneity,
+            "threshold": self.threshold,
+            "engine": self.engine,
             "target_accuracy": self.target_accuracy,
             "time_to_target": self.time_to_target,
             "final_accuracy": self.final_accuracy,

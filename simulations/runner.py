@@ -112,15 +112,16 @@ def run_experiment(
     else:
         result = _run_ray(settings, cpus, client_num_cpus, ray_init_args, progress)
     wall = time.perf_counter() - t0
-    return _with_wall(result, wall)
+    return _with_wall(result, wall, engine)
 
 
-def _with_wall(result: RunResult, wall: float) -> RunResult:
+def _with_wall(result: RunResult, wall: float, engine: Engine) -> RunResult:
+    """Return ``result`` with the wall time of the whole run and the engine that ran it."""
     from dataclasses import replace
 
     extras = dict(result.extras)
     extras["server_wall_seconds"] = result.wall_seconds
-    return replace(result, wall_seconds=wall, extras=extras)
+    return replace(result, wall_seconds=wall, extras=extras, engine=engine)
 
 
 def _run_inprocess(settings: SimSettings, progress: ProgressFn | None) -> RunResult:

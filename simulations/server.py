@@ -243,6 +243,8 @@ def _run_server(grid: Grid, settings: SimSettings, progress: ProgressFn | None) 
         rounds_requested=settings.rounds,
         stopped=getattr(strategy, "stop_kind", None) or "rounds",  # FedAvg: its rounds
         stop_reason=getattr(strategy, "stop_reason", "") or "round budget",
+        heterogeneity=settings.scenario.heterogeneity,
+        threshold=getattr(strategy, "threshold", None),  # FedAvg has none
     )
 
 

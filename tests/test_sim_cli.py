@@ -81,6 +81,7 @@ def test_all_strategies_write_a_list_and_plots(
     assert "results and plots in" in stdout
     data = json.loads((out / "results.json").read_text())
     assert [r["strategy"] for r in data] == ["edge", "edge-seed", "fedavg", "fedbuff", "fedasync"]
+    assert [r["threshold"] for r in data] == [1, 1, None, 1, 1]  # K lowered by --clients
     pngs = ("accuracy.png", "radar.png", "timeline-edge.png", "timeline-edge-seed.png")
     for name in (*pngs, "timeline-fedavg.png"):
         assert (out / name).read_bytes()[:4] == b"\x89PNG"

@@ -158,3 +158,25 @@ def test_the_json_says_why_the_run_ended(edge_run: RunResult) -> None:
     assert data["rounds_requested"] == 3
     assert data["stopped"] == "rounds"
     assert data["stop_reason"] == "round budget"
+
+
+def test_the_json_identifies_the_run(edge_run: RunResult) -> None:
+    """Found by a new-user probe: results.json had the seed and the clients but not the
+    heterogeneity, the K used, the rounds asked for or the engine."""
+    data = edge_run.to_dict()
+    assert (data["heterogeneity"], data["threshold"], data["engine"]) == (30.0, 4, "inprocess")
+    assert data["rounds_requested"] == 3
+
+
+def test_the_json_has_the_k_that_clients_lowered(capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by a new-user probe: ``--clients 5`` lowers K from 4 to 1 (a note on stderr),
+    and results.json did not say which K ran."""
+    import json
+
+    from flower_edge.cli import main
+
+    argv = ["simulate", "--engine", "inprocess", "--strategy", "fedbuff", "--clients", "5"]
+    assert main([*argv, "--rounds", "2", "--heterogeneity", "10", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["clients"], data["threshold"], data["heterogeneity"]) == (5, 1, 10.0)
+    assert (data["rounds_requested"], data["engine"]) == (2, "inprocess")
