@@ -324,8 +324,8 @@ def build_model(name: str, **kwargs: Any) -> nn.Module:
     Every integer keyword argument is a size or a count (features, classes, widths, heads):
     an integer in ``[1, MAX_PARAMETERS]`` (not a float such as ``2.0``, nor a ``bool``); a
     flag such as ``small_input`` is a ``bool``. The model is first built on torch's ``meta``
-    device (shapes only, no memory, no draw from the RNG) to count its parameters: at most
-    :data:`MAX_PARAMETERS` (``10**8``).
+    device (shapes only, no memory; the RNG state is restored after it) to count its
+    parameters: at most :data:`MAX_PARAMETERS` (``10**8``).
 
     Raises
     ------
@@ -341,7 +341,7 @@ def build_model(name: str, **kwargs: Any) -> nn.Module:
             f"unknown model {name!r}; bundled models: {', '.join(sorted(MODELS))}"
         ) from None
     _check_kwargs(name, factory, kwargs)
-    with torch.device("meta"):
+    with torch.random.fork_rng(devices=[]), torch.device("meta"):  # the RNG state is kept
         count = sum(p.numel() for p in factory(**kwargs).parameters())
     if count > MAX_PARAMETERS:
         sizes = ", ".join(f"{k}={v}" for k, v in kwargs.items()) or "its defaults"
