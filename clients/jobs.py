@@ -217,6 +217,8 @@ def train_job(
         wire.ABANDONED: abandoned,
         wire.ABANDONED_JOBS: node.abandoned_jobs,
         wire.TRAIN_LOSS: r.loss_sum / r.position if r.position else 0.0,
+        # what scales this node's R now: the server derives theta from the same scores
+        wire.AVAILABILITY: rt.availability(timer is not None),
     }
     content = RecordDict()
     job_state: JobState | None = None

@@ -7,6 +7,7 @@ since Ray ships the ClientApp to its actors.
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -29,18 +30,47 @@ __all__ = ["DATA_CACHE_SIZE", "NodeRuntime", "default_probe", "host_availability
 DATA_CACHE_SIZE = 256
 
 
-def host_availability() -> float:
-    """Return the host's current availability in [0, 1]: idle CPU x available memory fraction.
+#: seconds of CPU accounting that an availability reading needs at least
+AVAILABILITY_WINDOW = 0.05
+_last_sample: tuple[float, float, float, float] | None = None  # wall, total, idle, own
 
-    The idle CPU fraction is measured by :func:`psutil.cpu_percent` since its previous call in
-    this process (the first call reads as fully idle).
+
+def _cpu_sample() -> tuple[float, float, float, float]:
+    """Return (wall, host CPU seconds, host idle CPU seconds, this process's CPU seconds)."""
+    import psutil
+
+    times = psutil.cpu_times()
+    idle = float(times.idle) + float(getattr(times, "iowait", 0.0))
+    own = psutil.Process().cpu_times()
+    return time.monotonic(), float(sum(times)), idle, float(own.user + own.system)
+
+
+def host_availability() -> float:
+    """Return the host's availability in [0, 1] for this node's work: CPU x memory.
+
+    The CPU part is the fraction of the host's CPU time that *other* processes left idle
+    since the previous reading in this process (at least :data:`AVAILABILITY_WINDOW`
+    seconds; the first reading waits that long): this process's own training does not
+    count, or a node would read itself as busy at every preemption point, where it has
+    just been training (measured: 0.03, so the abandon rule never fired on a wall clock).
+    Times the available memory fraction.
     """
     import psutil
 
-    idle = 1.0 - float(psutil.cpu_percent(interval=None)) / 100.0
+    global _last_sample
+    sample = _cpu_sample()
+    previous = _last_sample
+    if previous is None or sample[0] - previous[0] < AVAILABILITY_WINDOW:
+        previous = sample
+        time.sleep(AVAILABILITY_WINDOW)
+        sample = _cpu_sample()
+    _last_sample = sample
+    total = sample[1] - previous[1]
+    busy_others = (total - (sample[2] - previous[2])) - (sample[3] - previous[3])
+    cpu = 1.0 - min(1.0, max(0.0, busy_others / total)) if total > 0 else 1.0
     mem = psutil.virtual_memory()
     free = float(mem.available) / float(mem.total) if mem.total else 0.0
-    return min(1.0, max(0.0, idle * free))
+    return min(1.0, max(0.0, cpu * free))
 
 
 def default_probe(ctx: Context) -> ResourceProbe:

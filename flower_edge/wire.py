@@ -45,7 +45,8 @@ All messages carry at most one :class:`~flwr.app.ArrayRecord` under :data:`ARRAY
     Reply metrics: :data:`NUM_EXAMPLES`, :data:`DONE` (1 = finished update with arrays,
     0 = progress report without arrays), :data:`JOB_ID`, :data:`BASE_VERSION`,
     :data:`SAMPLES_PROCESSED`, :data:`TRAIN_SECONDS`, :data:`ABANDONED` (1 if this slice
-    abandoned the stale job), :data:`ABANDONED_JOBS` (total), :data:`TRAIN_LOSS`, and under a
+    abandoned the stale job), :data:`ABANDONED_JOBS` (total), :data:`TRAIN_LOSS`,
+    :data:`AVAILABILITY` (the node's availability in [0, 1] as it replied), and under a
     virtual clock :data:`VIRTUAL_SECONDS` (the virtual duration of this slice, transfers
     included). A reply from an unmodified Flower ClientApp carries only arrays and
     :data:`NUM_EXAMPLES`: it is read as a finished update of the job it was sent.
@@ -105,6 +106,8 @@ ABANDONED: Final = "abandoned"
 ABANDONED_JOBS: Final = "abandoned-jobs"
 TRAIN_LOSS: Final = "train-loss"
 VIRTUAL_SECONDS: Final = "virtual-seconds"
+#: the node's availability in [0, 1] when it replied (what scales its R in the abandon rule)
+AVAILABILITY: Final = "availability"
 #: the protocol's own metrics of a train reply; any other number a ClientApp sends (e.g. the
 #: quickstart's ``train_loss``) is the app's own and is averaged into the train metrics
 TRAIN_REPLY_KEYS: Final = frozenset(
@@ -119,6 +122,7 @@ TRAIN_REPLY_KEYS: Final = frozenset(
         ABANDONED_JOBS,
         TRAIN_LOSS,
         VIRTUAL_SECONDS,
+        AVAILABILITY,
     }
 )
 

@@ -80,6 +80,7 @@ class AbandonPolicy:
         ratios: Mapping[int, float],
         values: Mapping[int, float],
         latest: Sequence[float],
+        availability: Mapping[int, float] | None = None,
     ) -> None:
         """Recompute every node's ``R`` and theta from the live state.
 
@@ -91,6 +92,9 @@ class AbandonPolicy:
             Latest known value per node (nodes never valued are absent).
         latest : Sequence[float]
             Values of the last aggregation (what the clients see), for the neutral value.
+        availability : Mapping[int, float], optional
+            Each node's last reported availability (1 when absent): the client scales its
+            ``R`` by it, so theta is derived from the scores as the clients compute them.
         """
         if not ratios:
             return
@@ -104,16 +108,17 @@ class AbandonPolicy:
             return
         neutral = neutral_value(list(latest))
         node_values = [min(1.0, max(0.0, values.get(i, neutral))) for i in ids]
-        self.theta = derive_theta(
-            [self.resources[i] for i in ids], node_values, self.config.alpha, self.config.quantile
-        )
+        available = availability or {}
+        scores_r = [self.resources[i] * available.get(i, 1.0) for i in ids]
+        self.theta = derive_theta(scores_r, node_values, self.config.alpha, self.config.quantile)
 
     def refresh_from(self, nodes: Iterable[Node], evaluation: ServerEvaluation) -> None:
         """:meth:`refresh` from the loop's nodes (the live ones) and latest values."""
         every = list(nodes)
         live = [n for n in every if not n.gone] or every
         ratios = {n.node_id: n.ratio for n in live}
-        self.refresh(ratios, evaluation.values, evaluation.last_values[2])
+        available = {n.node_id: n.availability for n in live}
+        self.refresh(ratios, evaluation.values, evaluation.last_values[2], available)
 
     def fields(self, node_id: int) -> dict[str, float]:
         """Return the train-config entries for a message to ``node_id``."""

@@ -347,6 +347,8 @@ class EventLoop:
         if reason is not None:
             self.reject(node, job.job_id, reason)
             return
+        if reply.availability is not None:  # theta's scores as the client computes them
+            node.availability = reply.availability
         if not reply.done:
             self._on_progress(node, job, reply)
         else:

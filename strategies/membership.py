@@ -107,6 +107,9 @@ class Node:
     retries : int
         Jobs it was given again on the same global version after a stall
         (:func:`strategies.liveness.unblock`), reset when an update of it is accepted.
+    availability : float
+        Its availability in ``[0, 1]`` as its last reply reported it (1.0 until one does):
+        the factor that scales its ``R`` in the scores the server derives theta from.
     planned_out : bool
         The share plan gives it 0 samples out of a positive total (a match ratio of 0 under
         the seed's rule, or a rebalancing that moved all its work away): it gets no job.
@@ -127,6 +130,7 @@ class Node:
     profile_pending: bool = False
     rejected: str | None = None
     retries: int = 0
+    availability: float = 1.0
     planned_out: bool = False
 
     def free(self, base: int, rejected: str | None = None) -> None:

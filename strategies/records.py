@@ -109,6 +109,8 @@ class TrainReply:
         :data:`wire.PROFILE_WITH_JOB`.
     profile_problem : str, optional
         Why a profile sent beside the update was rejected (the update itself stands).
+    availability : float, optional
+        The node's availability in ``[0, 1]`` as it replied (``None``: not sent or invalid).
     app_metrics : tuple of (str, float)
         The app's own metrics: every finite number of the reply's MetricRecord that is not a
         protocol key (:data:`flower_edge.wire.TRAIN_REPLY_KEYS`), e.g. the quickstart's
@@ -132,6 +134,7 @@ class TrainReply:
     profile: ProfileRecord | None = None
     profile_problem: str | None = None
     app_metrics: tuple[tuple[str, float], ...] = ()
+    availability: float | None = None
 
 
 def _number(metrics: MetricRecord, key: str, *, integer: bool, required: bool = False) -> Any:
@@ -269,7 +272,13 @@ def parse_train_reply(msg: Message, keys: Sequence[str]) -> TrainReply:
         profile=profile,
         profile_problem=profile_problem,
         app_metrics=app_metrics(metrics),
+        availability=_fraction(_report(metrics, wire.AVAILABILITY)),
     )
+
+
+def _fraction(value: float | None) -> float | None:
+    """Return ``value`` if it lies in ``[0, 1]``, else ``None`` (informational: ignored)."""
+    return value if value is not None and 0.0 <= value <= 1.0 else None
 
 
 def app_metrics(metrics: MetricRecord) -> tuple[tuple[str, float], ...]:
@@ -322,123 +331,6 @@ def parse_profile_reply(msg: Message) -> ProfileRecord:
                 )
     cpu, gpu, memory, disk = evaluations
     return ProfileRecord(int(msg.metadata.src_node_id), (cpu, gpu, memory, disk), int(samples))
-
-
-@dataclass(frozen=True)
-class AggregationRecord:
-    """One aggregation, as the history of a run keeps it.
-
-    Attributes
-    ----------
-    round : int
-        Aggregation number (1-based) = the new global version.
-    time : float
-        Seconds since ``start()`` was called, on the strategy's clock (virtual seconds under
-        a virtual clock), carried on across a resume.
-    participants, job_ids, base_versions : tuple[int, ...]
-        Per aggregated update, in aggregation order (a node may appear twice).
-    staleness : tuple[int, ...]
-        Versions between each update's base and the version it was aggregated into, minus 1.
-    delays : tuple[float, ...]
-        ``dt_i``: receive time minus send time of the global the update started from.
-    weights : tuple[float, ...]
-        Normalised aggregation weights (sum to 1).
-    raw_weights : tuple[float, ...]
-        The weights as the strategy computed them (edge: ``c_i * g(dt_i)``; FedBuff:
-        ``1 / sqrt(1 + staleness)``; FedAsync: the mixing weight ``alpha_t``).
-    late : tuple[bool, ...]
-        Whether each update missed its soft deadline.
-    contributions, values : tuple[float, ...]
-        Leave-one-out contributions and values per update (equal values when not valued).
-    metrics : dict[str, float]
-        The ``evaluate_fn`` metrics of the new global (empty without one).
-    """
-
-    round: int
-    time: float
-    participants: tuple[int, ...]
-    job_ids: tuple[int, ...]
-    base_versions: tuple[int, ...]
-    staleness: tuple[int, ...]
-    delays: tuple[float, ...]
-    weights: tuple[float, ...]
-    raw_weights: tuple[float, ...]
-    late: tuple[bool, ...]
-    contributions: tuple[float, ...]
-    values: tuple[float, ...]
-    metrics: dict[str, float]
-
-    @classmethod
-    def build(
-        cls,
-        rnd: int,
-        time: float,
-        updates: Sequence[Update],
-        raw_weights: Sequence[float],
-        valued: tuple[Sequence[float], Sequence[float]],
-        metrics: MetricRecord | None,
-    ) -> AggregationRecord:
-        """Return the record of aggregation ``rnd`` of ``updates`` at ``time`` since the start.
-
-        ``raw_weights`` are normalised for :attr:`weights`; ``valued`` is (contributions,
-        values); only the numeric ``metrics`` are kept.
-        """
-        total = math.fsum(raw_weights)
-        contributions, values = valued
-        return cls(
-            round=rnd,
-            time=time,
-            participants=tuple(u.node_id for u in updates),
-            job_ids=tuple(u.job_id for u in updates),
-            base_versions=tuple(u.base_version for u in updates),
-            staleness=tuple(rnd - 1 - u.base_version for u in updates),
-            delays=tuple(u.delay for u in updates),
-            weights=tuple(w / total for w in raw_weights),
-            raw_weights=tuple(raw_weights),
-            late=tuple(u.late for u in updates),
-            contributions=tuple(contributions),
-            values=tuple(values),
-            metrics={}
-            if metrics is None
-            else {k: float(v) for k, v in metrics.items() if isinstance(v, int | float)},
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        """Return a JSON-ready dict."""
-        return {
-            "round": self.round,
-            "time": self.time,
-            "participants": list(self.participants),
-            "job_ids": list(self.job_ids),
-            "base_versions": list(self.base_versions),
-            "staleness": list(self.staleness),
-            "delays": list(self.delays),
-            "weights": list(self.weights),
-            "raw_weights": list(self.raw_weights),
-            "late": list(self.late),
-            "contributions": list(self.contributions),
-            "values": list(self.values),
-            "metrics": dict(self.metrics),
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> AggregationRecord:
-        """Rebuild a record from :meth:`to_json`'s output."""
-        return cls(
-            round=int(data["round"]),
-            time=float(data["time"]),
-            participants=tuple(int(x) for x in data["participants"]),
-            job_ids=tuple(int(x) for x in data["job_ids"]),
-            base_versions=tuple(int(x) for x in data["base_versions"]),
-            staleness=tuple(int(x) for x in data["staleness"]),
-            delays=tuple(float(x) for x in data["delays"]),
-            weights=tuple(float(x) for x in data["weights"]),
-            raw_weights=tuple(float(x) for x in data["raw_weights"]),
-            late=tuple(bool(x) for x in data["late"]),
-            contributions=tuple(float(x) for x in data["contributions"]),
-            values=tuple(float(x) for x in data["values"]),
-            metrics={str(k): float(v) for k, v in data["metrics"].items()},
-        )
 
 
 @dataclass(frozen=True)
@@ -597,3 +489,6 @@ def parse_reply_for(
     if virtual and not reply.done and not (reply.virtual_seconds or 0.0) > 0.0:
         return None, f"progress report without {wire.VIRTUAL_SECONDS} > 0 under a virtual clock"
     return reply, None
+
+
+from strategies.history import AggregationRecord  # noqa: E402  (moved; re-exported)

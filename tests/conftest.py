@@ -57,6 +57,16 @@ PLAN_NODES = {
 }
 
 
+# Flower's Message() reads the process's task identity; a test that builds messages before any
+# InProcessGrid has set it (running alone, e.g. with -k) would fail with "run_id is not set"
+from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
+
+if TaskIdentity._run_id is None:
+    from strategies.inprocess import _set_task_identity  # noqa: E402
+
+    _set_task_identity(1)
+
+
 @pytest.fixture
 def profiles(tmp_path: Path) -> str:
     path = tmp_path / "nodes.json"
