@@ -31,6 +31,7 @@ __all__ = [
     "MAX_OBSERVATIONS",
     "REJECTED",
     "SUSPECT_OVER_CAP",
+    "SUSPECT_RATIO_GAP",
     "SharePlanner",
     "log_capped",
     "log_zero_ratios",
@@ -48,6 +49,8 @@ MAX_OBSERVATIONS = 32
 #: up to it the cap is doing its designed work (the ``edge`` preset caps at 3x the mean share,
 #: so a fast device's honest claim is a few times its cap): INFO
 SUSPECT_OVER_CAP = 10.0
+#: ... or a match ratio more than this many times the best other node's (an absurd profile)
+SUSPECT_RATIO_GAP = 100.0
 
 
 class SharePlanner:
@@ -451,24 +454,30 @@ def log_capped(
 ) -> None:
     """Log each node whose profile claims more than the cap.
 
-    A claim up to :data:`SUSPECT_OVER_CAP` (10) times the cap is the cap doing its work (e.g.
-    the ``edge`` preset's 3x the mean share): INFO. Beyond it the profile looks absurd: WARNING.
+    The cap doing its designed work (e.g. the ``edge`` preset's 3x the mean share on a fast
+    device) is INFO. A profile looks absurd, and is a WARNING, when its claim is more than
+    :data:`SUSPECT_OVER_CAP` (10) times the cap, or its match ratio more than
+    :data:`SUSPECT_RATIO_GAP` (100) times the best other node's (10x its scores on every
+    axis: a claim is bounded by the total, so a boast shows in the ratio, not the claim).
     """
     if cap is None or not total:
         return
     whole = math.fsum(ratios)
-    for node_id, ratio in zip(ids, ratios, strict=True):
+    for k, (node_id, ratio) in enumerate(zip(ids, ratios, strict=True)):
         claimed = total * ratio / whole
         if claimed > cap:
+            best_other = max((r for i, r in enumerate(ratios) if i != k), default=0.0)
+            gap = ratio > SUSPECT_RATIO_GAP * best_other if best_other > 0 else False
             log(
-                WARNING if claimed > SUSPECT_OVER_CAP * cap else INFO,
+                WARNING if claimed > SUSPECT_OVER_CAP * cap or gap else INFO,
                 "%s: node %s share capped at %d samples (max_share_fraction %s); "
-                "its profile claims %.0f",
+                "its profile claims %.0f%s",
                 name,
                 node_id,
                 cap,
                 fraction,
                 claimed,
+                f" ({ratio / best_other:.3g}x the best other node's match ratio)" if gap else "",
             )
 
 

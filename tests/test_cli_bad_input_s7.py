@@ -174,12 +174,14 @@ def test_a_capped_share_is_info_and_an_absurd_claim_a_warning() -> None:
     with flwr_logs(logging.INFO) as logs:
         # ratios 1 : 1 : 2 of 400 samples, cap 150: the third claims 200 (< 10x the cap)
         log_capped("edge", [1, 2, 3], [1.0, 1.0, 2.0], 400, 150, 0.5)
-        # the third claims 2000 / 2002 * 400 = 399.6: over 2x the cap of 40, within 10x: INFO
+        # the third claims 2000 / 2002 * 400 = 399.6, within 10x the cap of 40, but its ratio
+        # is 2000x the best other node's: a boast (a claim is bounded by the total): WARNING
         log_capped("edge", [1, 2, 3], [1.0, 1.0, 2000.0], 400, 40, 0.5)
         # 20000 / 20002 * 4000 = 3999.6 > 10x the cap of 300: WARNING
         log_capped("edge", [1, 2, 3], [1.0, 1.0, 20000.0], 4000, 300, 0.5)
     capped = [r for r in logs.records if "share capped" in r.getMessage()]
-    assert [r.levelno for r in capped] == [logging.INFO, logging.INFO, logging.WARNING]
+    assert [r.levelno for r in capped] == [logging.INFO, logging.WARNING, logging.WARNING]
+    assert "2e+03x the best other node's match ratio" in capped[1].getMessage()
     assert SUSPECT_OVER_CAP == 10.0
 
 

@@ -58,7 +58,7 @@ def test_run_config_defaults_and_overrides() -> None:
 
 
 def test_create_validates() -> None:
-    with pytest.raises(InputError, match="rounds must be an integer >= 1"):
+    with pytest.raises(InputError, match=r"rounds must be an integer in \[1, 1000000\]"):
         SimSettings.create("digits-20", "edge", rounds=0)
     with pytest.raises(InputError, match="slice-budget must be >= 0"):
         SimSettings.create("digits-20", "edge", slice_budget=-2.0)

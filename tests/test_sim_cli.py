@@ -30,7 +30,7 @@ def _one_thread() -> None:
         (["--clients", "5000"], r"clients must be <= 179 for scenario 'digits-20'"),
         (["--threshold", "20"], r"threshold K must be >= 1 and < clients \(20\), got 20"),
         (["--clients", "4", "--threshold", "4"], r"< clients \(4\), got 4"),
-        (["--rounds", "0"], "--rounds must be an integer >= 1"),
+        (["--rounds", "0"], r"--rounds must be an integer in \[1, 1000000\]"),
         (["--heterogeneity", "0.5"], r"heterogeneity must be in \[1, 1000000\], got 0.5"),
         (["--seed", "-1"], r"--seed must be an integer in \[0, 18446744073709551615\]"),
     ],
