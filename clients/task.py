@@ -54,8 +54,9 @@ class Task:
     Parameters
     ----------
     model_fn : Callable[[], nn.Module]
-        Returns a classification model (logits out). The ClientApp builds one instance per
-        process and thread and overwrites all of its weights and buffers before every use.
+        Returns a classification model (logits out): a factory such as the class ``MyNet``,
+        not a module instance. The ClientApp builds one instance per process and thread and
+        overwrites all of its weights and buffers before every use.
     load_data : Callable[[Context], tuple[Dataset, Dataset]]
         Returns this node's ``(train, test)`` data sets; items are ``(features, label)``.
         Called at most once per node and process (the result is cached by the ClientApp).
@@ -72,7 +73,8 @@ class Task:
     weight_decay : float (default: 0.0)
         L2 penalty, ``>= 0``.
     loss_fn : Callable[[], nn.Module] (default: nn.CrossEntropyLoss)
-        Factory of the training/evaluation loss (mean reduction over a batch).
+        Factory of the training/evaluation loss (mean reduction over a batch), such as the
+        class ``nn.CrossEntropyLoss``, not a module instance.
     eval_batch_size : int (default: 512)
         Batch size of evaluation.
     device : {"cpu", "auto"} (default: "cpu")
@@ -96,6 +98,14 @@ class Task:
         for name in ("model_fn", "load_data", "loss_fn"):
             if not callable(getattr(self, name)):
                 raise ConfigError(f"{name} must be callable, got {getattr(self, name)!r}")
+        for name, example in (("model_fn", "MyNet"), ("loss_fn", "torch.nn.CrossEntropyLoss")):
+            value = getattr(self, name)
+            if isinstance(value, nn.Module):  # callable, but forward() is not a factory
+                raise ConfigError(
+                    f"{name} must be a factory that builds the module (e.g. "
+                    f"{name}={example}), not a module instance: got a "
+                    f"{type(value).__name__} instance"
+                )
         validate.number("learning_rate", self.learning_rate, low=0.0, low_inclusive=False)
         for name in ("batch_size", "local_epochs", "eval_batch_size"):
             validate.integer(name, getattr(self, name), low=1)

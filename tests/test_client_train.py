@@ -324,6 +324,26 @@ def test_task_validates_its_defaults(kwargs: dict, match: str) -> None:
         Task(**args)
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"model_fn": MLP()}, r"model_fn must be a factory .*\(e.g. model_fn=MyNet\).* MLP inst"),
+        (
+            {"loss_fn": nn.CrossEntropyLoss()},
+            r"loss_fn must be a factory .*loss_fn=torch.nn.CrossEntropyLoss.* CrossEntropyLoss",
+        ),
+    ],
+)
+def test_task_refuses_a_module_instance_for_a_factory(kwargs: dict, match: str) -> None:
+    """Found by a new-user probe: modules are callable, so an instance passed for ``model_fn``
+    or ``loss_fn`` was accepted and the first train message failed in ``forward()``."""
+    from flower_edge.errors import ConfigError
+
+    args = {"model_fn": MLP, "load_data": lambda ctx: _data()} | kwargs
+    with pytest.raises(ConfigError, match=match):
+        Task(**args)
+
+
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_a_job_does_not_inherit_the_previous_jobs_optimizer_state(optimizer: str) -> None:
     def job(app: Any, job_id: int, lr: float) -> dict[str, torch.Tensor]:
