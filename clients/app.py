@@ -25,6 +25,9 @@
 Bad input (missing arrays, arrays that do not fit the model, missing or out-of-range keys)
 gets an error reply, ``Message(Error(code, reason), reply_to=msg)``, whose reason names the
 problem; the node's state is only written after a message succeeded, so it stays usable.
+So does a failure of the user's task (:class:`~flower_edge.errors.TaskError`: ``load_data`` or
+``model_fn`` raising or returning the wrong thing, data that do not fit the model), logged in
+one line instead of a traceback (:mod:`clients.user_code`).
 
 Clocks: by default the wall clock (a slice trains whole batches until its budget in seconds
 is spent; budget 0 trains the whole job). With ``timer_fn`` (simulations) the node is on a
@@ -38,7 +41,7 @@ availability), :mod:`clients.slot` (loading and reading the model's arrays).
 """
 
 from collections.abc import Callable
-from logging import WARNING
+from logging import ERROR, WARNING
 
 from flwr.app import Context, Error, Message
 from flwr.clientapp import ClientApp
@@ -49,7 +52,7 @@ from clients.handlers import ClientHandlers
 from clients.node import host_availability
 from clients.task import Task
 from flower_edge import wire
-from flower_edge.errors import FlowerEdgeError
+from flower_edge.errors import FlowerEdgeError, TaskError
 from flower_edge.profiling.report import ResourceProbe
 from flower_edge.timing import DeviceTimer
 
@@ -65,11 +68,12 @@ ERROR_CODE: int = ErrorCode.CLIENT_APP_RAISED_EXCEPTION
 
 def _error_reply(msg: Message, exc: Exception) -> Message:
     reason = f"{type(exc).__name__}: {exc}"
-    log(
-        WARNING,
-        "%s message %s refused: %s",
+    log(  # one line: the user's task at fault is an ERROR, bad server input a WARNING
+        ERROR if isinstance(exc, TaskError) else WARNING,
+        "%s message %s %s: %s",
         msg.metadata.message_type,
         msg.metadata.message_id,
+        "failed in the task" if isinstance(exc, TaskError) else "refused",
         reason,
     )
     return Message(Error(code=ERROR_CODE, reason=reason), reply_to=msg)

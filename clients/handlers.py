@@ -85,7 +85,7 @@ class ClientHandlers(NodeRuntime):
         _, test = self.data(ctx)
         result = evaluate_model(
             slot.model,
-            self.task.loss_fn(),
+            self.loss(),
             test,
             batch_size=self.task.eval_batch_size,
             device=self.task.torch_device(),

@@ -117,7 +117,7 @@ def run_slice(
         result = train_slice(
             job.slot.model,
             job.optimizer,
-            rt.task.loss_fn(),
+            rt.loss(),
             train,
             key=stream_key(s.seed, node_id, r.job_id),
             share=r.share,

@@ -14,11 +14,13 @@ from typing import Any
 
 import torch
 from flwr.app import Context
+from torch import nn
 from torch.utils.data import Dataset
 
 from clients.settings import ClientSettings
 from clients.slot import ModelSlot
 from clients.task import Task, build_optimizer
+from clients.user_code import call_load_data, call_loss_fn, call_model_fn
 from flower_edge import validate, wire
 from flower_edge.errors import InputError
 from flower_edge.profiling.report import ResourceProbe
@@ -116,12 +118,18 @@ class NodeRuntime:
     # ------------------------------------------------------------ helpers
 
     def data(self, ctx: Context) -> tuple[Dataset[Any], Dataset[Any]]:
-        """Return the node's ``(train, test)``, loading it once per node and process."""
+        """Return the node's ``(train, test)``, loading it once per node and process.
+
+        Raises
+        ------
+        TaskError
+            If ``load_data`` raised or did not return two map-style data sets.
+        """
         key = (ctx.run_id, ctx.node_id)
         if key in self._data:
             self._data.move_to_end(key)
             return self._data[key]
-        loaded = self.task.load_data(ctx)
+        loaded = call_load_data(self.task.load_data, ctx)
         self._data[key] = loaded
         while len(self._data) > DATA_CACHE_SIZE:
             self._data.popitem(last=False)
@@ -131,9 +139,13 @@ class NodeRuntime:
         """Return this thread's model slot (weights are always overwritten before use)."""
         slot: ModelSlot | None = getattr(self._local, "slot", None)
         if slot is None:
-            slot = ModelSlot(self.task.model_fn().to(self.task.torch_device()))
+            slot = ModelSlot(call_model_fn(self.task.model_fn).to(self.task.torch_device()))
             self._local.slot = slot
         return slot
+
+    def loss(self) -> nn.Module:
+        """Return a new loss module from the task's ``loss_fn`` (TaskError if it fails)."""
+        return call_loss_fn(self.task.loss_fn)
 
     def new_optimizer(self, slot: ModelSlot, s: ClientSettings) -> torch.optim.Optimizer:
         """Return a fresh-state optimizer over the slot's model (the instance is reused)."""

@@ -22,8 +22,9 @@ from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 from torch.utils.data.dataloader import default_collate
 
+from clients.user_code import describe, forward_loss
 from flower_edge import validate
-from flower_edge.errors import ConfigError
+from flower_edge.errors import ConfigError, TaskError
 
 __all__ = [
     "OPTIMIZERS",
@@ -176,11 +177,26 @@ def stream_indices(key: int, start: int, count: int, n: int) -> torch.Tensor:
     return torch.cat(parts)
 
 
-def _batch(data: Dataset[Any], idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    if isinstance(data, TensorDataset):
-        return data.tensors[0][idx], data.tensors[1][idx]
-    items = default_collate([data[int(i)] for i in idx])
-    return items[0], items[1]
+def _batch(data: Dataset[Any], idx: torch.Tensor, where: str) -> tuple[torch.Tensor, torch.Tensor]:
+    try:
+        if isinstance(data, TensorDataset):
+            return data.tensors[0][idx], data.tensors[1][idx]
+        items = default_collate([data[int(i)] for i in idx])
+        x, y = items[0], items[1]
+    except Exception as exc:
+        raise TaskError(f"reading {where} from load_data's data raised {describe(exc)}") from exc
+    if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
+        raise TaskError(
+            f"the items of load_data's data must be (features, label) tensors or numbers, "
+            f"got {type(x).__name__} and {type(y).__name__} ({where})"
+        )
+    return x, y
+
+
+def _where(kind: str, start: int) -> str:
+    if start == 0:
+        return f"the first batch of {kind} data"
+    return f"the {kind} batch from {'stream position' if kind == 'train' else 'sample'} {start}"
 
 
 # ---------------------------------------------------------------- training and evaluation
@@ -284,12 +300,13 @@ def train_slice(
             break
         if deadline is not None and trained_batches > 0 and time.perf_counter() >= deadline:
             break
-        x, y = _batch(data, indices(pos, size))
+        where = _where("train", pos)
+        x, y = _batch(data, indices(pos, size), where)
         if move:
             x, y = x.to(device), y.to(device)
         optimizer.zero_grad()
-        loss = loss_fn(model(x), y)
-        loss.backward()
+        _, loss = forward_loss(model, loss_fn, x, y, where)
+        loss.backward()  # type: ignore[no-untyped-call]
         optimizer.step()
         loss_sum += float(loss.detach()) * size
         pos += size
@@ -333,10 +350,11 @@ def evaluate_model(
     loss_sum, correct = 0.0, 0
     for start in range(0, n, batch_size):
         idx = torch.arange(start, min(start + batch_size, n))
-        x, y = _batch(data, idx)
+        where = _where("test", start)
+        x, y = _batch(data, idx, where)
         if device is not None:
             x, y = x.to(device), y.to(device)
-        logits = model(x)
-        loss_sum += float(loss_fn(logits, y)) * len(idx)
+        logits, loss = forward_loss(model, loss_fn, x, y, where)
+        loss_sum += float(loss) * len(idx)
         correct += int((logits.argmax(dim=1) == y).sum())
     return EvalResult(n, loss_sum / n, correct / n)

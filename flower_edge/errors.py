@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "FlowerEdgeError", "InputError", "ProfilingError"]
+__all__ = ["ConfigError", "FlowerEdgeError", "InputError", "ProfilingError", "TaskError"]
 
 
 class FlowerEdgeError(Exception):
@@ -19,3 +19,11 @@ class ConfigError(InputError):
 
 class ProfilingError(FlowerEdgeError):
     """A resource benchmark could not run (unwritable folder, interrupted run, ...)."""
+
+
+class TaskError(FlowerEdgeError):
+    """The user's task failed: ``model_fn``, ``load_data``, ``loss_fn`` or their data.
+
+    The message names the function or the data at fault and the cause (e.g. a label outside
+    the model's outputs in the first batch of train data).
+    """

@@ -1,0 +1,155 @@
+"""Failures of the user's task (model_fn, load_data, their data) become one-line error replies."""
+
+import logging
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
+from torch import nn
+from torch.utils.data import TensorDataset
+
+from clients.app import ERROR_CODE, build_client_app
+from clients.task import Task
+from clients.testing import instruction, node_context
+from flower_edge import wire
+from flower_edge.models import MLP
+
+NODE = 7
+FEATURES, CLASSES = 8, 4
+
+
+def _data(x: torch.Tensor | None = None, y: torch.Tensor | None = None) -> TensorDataset:
+    g = torch.Generator().manual_seed(0)
+    xs = torch.randn(40, FEATURES, generator=g) if x is None else x
+    ys = torch.randint(0, CLASSES, (40,), generator=g) if y is None else y
+    return TensorDataset(xs, ys)
+
+
+TRAIN = _data()
+
+
+def _model() -> nn.Module:
+    return MLP(in_features=FEATURES, hidden=16, num_classes=CLASSES)
+
+
+def _task(**kw: Any) -> Task:
+    args: dict[str, Any] = {"model_fn": _model, "load_data": lambda ctx: (TRAIN, TRAIN)}
+    return Task(**(args | kw), batch_size=16)
+
+
+def _global() -> ArrayRecord:
+    torch.manual_seed(0)
+    return ArrayRecord(_model().state_dict())
+
+
+def _msg(kind: str = "train", **cfg: Any) -> Message:
+    content = RecordDict({wire.ARRAYS: _global()})
+    if kind == "train":
+        content[wire.CONFIG] = ConfigRecord({wire.JOB_ID: 1, wire.GLOBAL_VERSION: 0} | cfg)
+    return instruction(content, kind, NODE)
+
+
+@pytest.fixture
+def flwr_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    logger = logging.getLogger("flwr")
+    logger.addHandler(caplog.handler)
+    caplog.set_level(logging.DEBUG, logger="flwr")
+    try:
+        yield caplog
+    finally:
+        logger.removeHandler(caplog.handler)
+
+
+def _boom() -> nn.Module:
+    raise RuntimeError("my model factory broke")
+
+
+def _with(x: torch.Tensor | None = None, y: torch.Tensor | None = None) -> Callable[[Any], Any]:
+    data = _data(x, y)
+    return lambda ctx: (data, data)
+
+
+_X = TRAIN.tensors[0]
+_Y = TRAIN.tensors[1]
+
+
+@pytest.mark.parametrize(
+    ("task", "match"),
+    [
+        ({"load_data": lambda ctx: None}, r"load_data must return \(train, test\), got NoneType"),
+        (
+            {"load_data": lambda ctx: TRAIN},
+            r"load_data must return \(train, test\), got TensorDataset",
+        ),
+        ({"load_data": lambda ctx: 1 / 0}, "load_data raised ZeroDivisionError: division by zero"),
+        ({"load_data": lambda ctx: (TRAIN, 3)}, "load_data's test data must be a map-style"),
+        ({"model_fn": _boom}, "model_fn raised RuntimeError: my model factory broke"),
+        ({"model_fn": lambda: None}, r"model_fn must return a torch.nn.Module, got NoneType"),
+        (
+            {"load_data": _with(x=_X[:, :6])},
+            r"features of shape \[16, 6\] \(float32\) do not fit model_fn's model: .*mat1 and "
+            r"mat2.*\(the first batch of train data\)",
+        ),
+        (
+            {"load_data": _with(y=_Y + 8)},
+            r"label 1\d is outside the model's 4 outputs \(the first batch of train data\)",
+        ),
+        (
+            {"load_data": _with(y=_Y.float())},
+            r"labels of dtype float32 do not fit the loss .*\(the first batch of train data\)",
+        ),
+        (
+            {"load_data": _with(x=_X.double())},
+            r"features of dtype float64 do not match the model's float32 weights",
+        ),
+    ],
+)
+def test_task_failures_get_an_error_reply_naming_the_cause(
+    task: dict[str, Any], match: str, flwr_log: pytest.LogCaptureFixture
+) -> None:
+    """Found by a new-user probe: errors in the user's model or data came out as raw
+    torch/Python exceptions (chained tracebacks in a real run), not as error replies."""
+    reply = build_client_app(_task(**task))(_msg(**{wire.SAMPLE_SHARE: 32}), node_context(NODE))
+    assert reply.has_error()
+    assert reply.error.code == ERROR_CODE
+    assert re.search("TaskError: " + match, reply.error.reason), reply.error.reason
+    # one record (the handler may see it twice: directly and through propagation)
+    errors = list({id(r): r for r in flwr_log.records if r.levelno >= logging.ERROR}.values())
+    assert len(errors) == 1, [r.getMessage() for r in errors]
+    assert errors[0].exc_info is None
+    assert "\n" not in errors[0].getMessage()
+
+
+def test_evaluate_names_a_bad_label_of_the_test_data() -> None:
+    """Found by a new-user probe: evaluation raised ``IndexError: Target 9 is out of bounds``."""
+    bad = _data(y=_Y + 5)
+    app = build_client_app(_task(load_data=lambda ctx: (TRAIN, bad)))
+    reply = app(_msg("evaluate"), node_context(NODE))
+    assert reply.has_error()
+    assert re.search(
+        r"label \d+ is outside the model's 4 outputs \(the first batch of test data\)",
+        reply.error.reason,
+    )
+
+
+def test_a_node_recovers_when_its_task_works_again() -> None:
+    """The failure leaves no state behind: load_data is called again on the next message."""
+    calls: list[int] = []
+
+    def flaky(ctx: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError("disk not mounted yet")
+        return TRAIN, TRAIN
+
+    app = build_client_app(_task(load_data=flaky))
+    ctx = node_context(NODE)
+    first = app(_msg(**{wire.SAMPLE_SHARE: 32}), ctx)
+    assert first.has_error()
+    assert "load_data raised OSError: disk not mounted yet" in first.error.reason
+    second = app(_msg(**{wire.SAMPLE_SHARE: 32}), ctx)
+    assert not second.has_error(), second.error
+    assert second.content[wire.METRICS][wire.SAMPLES_PROCESSED] == 32
