@@ -117,14 +117,32 @@ class ClientHandlers(NodeRuntime):
             validate.boolean(f"config {wire.PROFILE_WITH_JOB!r}", with_job, error=InputError)
             if not with_job:
                 return self.profile(msg, ctx)
-            try:
-                profile = self.profile_record(msg, ctx)
-            except (ProfilingError, OSError, RuntimeError) as exc:  # the job still runs
-                log(WARNING, "profiling failed (%s): training without sending a profile", exc)
+            profile = self.profile_beside_job(msg, ctx)
         reply = self.train_job_reply(msg, ctx)
         if profile is not None and not reply.has_error():
             reply.content.config_records[wire.PROFILE] = profile
         return reply
+
+    def profile_beside_job(self, msg: Message, ctx: Context) -> ConfigRecord | None:
+        """Return the profile to send beside the job's reply, or ``None`` when it failed.
+
+        The server's request (``profile-mode``) and the node's data are checked first: their
+        errors get an error reply. Any failure of the profiling itself (the probe raising
+        whatever it raises, a bad ``profile-cache`` in the node config) is logged with its
+        type and the job runs without the profile.
+        """
+        parse_profile(msg)
+        self.data(ctx)
+        try:
+            return self.profile_record(msg, ctx)
+        except Exception as exc:  # the job still runs
+            log(
+                WARNING,
+                "profiling failed (%s: %s): training without sending a profile",
+                type(exc).__name__,
+                exc,
+            )
+            return None
 
     def train_job_reply(self, msg: Message, ctx: Context) -> Message:
         """Run one slice of a job, or one whole plain job, and return its reply."""

@@ -120,6 +120,52 @@ def test_profile_query_errors() -> None:
     assert "ProfilingError: evaluation of cpu must be >= 0, got -1.0" in str(reply.error.reason)
 
 
+class BrokenProbe:
+    def profile(self, mode: str) -> FakeReport:
+        raise ValueError("sensor read failed")
+
+
+def _flwr_log(caplog: pytest.LogCaptureFixture) -> logging.Handler:
+    handler = caplog.handler
+    logging.getLogger("flwr").addHandler(handler)
+    return handler
+
+
+@pytest.mark.parametrize(
+    ("probe_fn", "node_config", "logged"),
+    [
+        (lambda ctx: BrokenProbe(), {}, "profiling failed (ValueError: sensor read failed)"),
+        (None, {wire.PROFILE_CACHE: 5}, "ConfigError: node config 'profile-cache' must be"),
+    ],
+)
+def test_a_failing_benchmark_beside_the_first_job_leaves_the_job_running(
+    probe_fn: Any, node_config: dict, logged: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found by a new-user probe: a probe raising ValueError aborted the first job, and a bad
+    node-config ``profile-cache`` got an error reply and no job, though docs/client.md says the
+    job still runs and the reply carries no profile."""
+    app = build_client_app(TASK, probe_fn=probe_fn)
+    ctx = node_context(NODE)
+    ctx.node_config.update(node_config)
+    cfg = _job(1, 0, **{wire.PROFILE_MODE: "quick", wire.PROFILE_WITH_JOB: True})
+    handler = _flwr_log(caplog)
+    try:
+        reply = app(_msg(cfg | {wire.SAMPLE_SHARE: 32}, _global()), ctx)
+    finally:
+        logging.getLogger("flwr").removeHandler(handler)
+    m = _ok(reply)
+    assert m[wire.SAMPLES_PROCESSED] == 32
+    assert m[wire.DONE] == 1
+    assert wire.PROFILE not in reply.content.config_records
+    assert logged in caplog.text
+
+
+def test_a_bad_profile_mode_beside_a_job_is_still_an_error_reply() -> None:
+    cfg = _job(1, 0, **{wire.PROFILE_MODE: "slow", wire.PROFILE_WITH_JOB: True})
+    reply = build_client_app(TASK)(_msg(cfg, _global()), node_context(NODE))
+    assert "'profile-mode' must be one of quick, full, got 'slow'" in reply.error.reason
+
+
 # ---------------------------------------------------------------- evaluate
 
 
