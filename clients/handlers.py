@@ -21,7 +21,7 @@ from flwr.app import (
 from flwr.common.logger import log
 from torch.utils.data import Dataset
 
-from clients.jobs import run_slice, start_job, train_job
+from clients.jobs import check_share, run_slice, start_job, train_job
 from clients.messages import TrainRequest, parse_arrays, parse_profile, parse_train
 from clients.node import NodeRuntime, stream_node
 from clients.settings import ClientSettings
@@ -150,6 +150,8 @@ class ClientHandlers(NodeRuntime):
         req = parse_train(msg)
         timer = self.timer_fn(ctx) if self.timer_fn is not None else None
         train, _ = self.data(ctx)
+        if req.sample_share is not None:
+            check_share(req.sample_share, sized(train))
         if req.job_id is None:
             return self.train_plain(msg, req, s, train, stream_node(ctx), timer)
         if req.global_version is None:

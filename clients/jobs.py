@@ -13,7 +13,7 @@ import math
 import time
 from dataclasses import dataclass, replace
 from logging import DEBUG, INFO, WARNING
-from typing import Any
+from typing import Any, Final
 
 import torch
 from flwr.app import ArrayRecord, MetricRecord, MetricRecordValues, RecordDict
@@ -39,8 +39,10 @@ from flower_edge.errors import InputError
 from flower_edge.timing import DeviceTimer
 
 __all__ = [
+    "MAX_SHARE_EPOCHS",
     "JobRuntime",
     "as_uint64",
+    "check_share",
     "current_job",
     "log_decision",
     "resume_job",
@@ -49,6 +51,30 @@ __all__ = [
     "start_job",
     "train_job",
 ]
+
+
+#: the largest ``sample-share`` a node accepts, in epochs of its local training samples
+MAX_SHARE_EPOCHS: Final = 10_000
+
+
+def check_share(share: int, local_samples: int) -> None:
+    """Refuse a ``sample-share`` above :data:`MAX_SHARE_EPOCHS` epochs of the local samples.
+
+    A share is trained to the end (a slice budget of 0 trains it in one message), so an absurd
+    one (``10**9`` on a few hundred samples) would train for days. A node without training
+    samples trains nothing whatever its share.
+
+    Raises
+    ------
+    InputError
+        If ``share > MAX_SHARE_EPOCHS * local_samples`` (the message gives both numbers).
+    """
+    bound = MAX_SHARE_EPOCHS * local_samples
+    if local_samples > 0 and share > bound:
+        raise InputError(
+            f"config {wire.SAMPLE_SHARE!r} must be at most {MAX_SHARE_EPOCHS} epochs of the "
+            f"node's {local_samples} local training samples ({bound}), got {share}"
+        )
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,11 @@ from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
 from clients.app import build_client_app
+from clients.jobs import MAX_SHARE_EPOCHS, check_share
 from clients.task import Task, stream_indices, stream_key
 from clients.testing import instruction, node_context
 from flower_edge import wire
+from flower_edge.errors import InputError
 from flower_edge.models import MLP
 
 NODE = 7
@@ -197,6 +199,36 @@ def test_share_zero_trains_nothing_and_replies_the_global_model() -> None:
         assert torch.equal(v, g.to_torch_state_dict()[k])
     # charged 0 samples; download and upload of the model
     assert timer.calls == [(5.0, 0, g.count_bytes(), reply.content[wire.ARRAYS].count_bytes())]
+
+
+@pytest.mark.parametrize("share", [10**9, 2**63 - 1])
+def test_a_share_beyond_the_epoch_bound_is_refused(share: int) -> None:
+    """Found by a new-user probe: ``sample-share=10**9`` trained for ever (no slice budget) and
+    ``2**63-1`` was accepted with slices; the bound is MAX_SHARE_EPOCHS epochs of local data."""
+    app = build_client_app(_task())
+    ctx = node_context(NODE)
+    cfg = {
+        wire.JOB_ID: 1,
+        wire.GLOBAL_VERSION: 0,
+        wire.SAMPLE_SHARE: share,
+        wire.SLICE_BUDGET: 1e-9,
+    }
+    reply = app(_train_msg(cfg, _global()), ctx)
+    assert reply.has_error()
+    assert (
+        f"config 'sample-share' must be at most {MAX_SHARE_EPOCHS} epochs of the node's 50 local "
+        f"training samples ({MAX_SHARE_EPOCHS * 50}), got {share}"
+    ) in reply.error.reason
+    assert dict(ctx.state) == {}  # nothing kept: the node stays usable
+    plain = app(_train_msg({wire.SAMPLE_SHARE: share}, _global()), ctx)  # a plain Flower server
+    assert "'sample-share' must be at most" in plain.error.reason
+
+
+def test_the_share_bound_is_inclusive_and_spares_an_empty_node() -> None:
+    check_share(MAX_SHARE_EPOCHS * 50, 50)
+    with pytest.raises(InputError, match="'sample-share' must be at most"):
+        check_share(MAX_SHARE_EPOCHS * 50 + 1, 50)
+    check_share(10**9, 0)  # no samples: the job ends at once, whatever its share
 
 
 def test_virtual_seconds_come_from_the_timer() -> None:
