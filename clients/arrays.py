@@ -22,7 +22,13 @@ import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord
 
-__all__ = ["decode_array", "encode_array", "record_to_state_dict", "state_dict_to_record"]
+__all__ = [
+    "decode_array",
+    "encode_array",
+    "first_non_finite",
+    "record_to_state_dict",
+    "state_dict_to_record",
+]
 
 _NUMPY_STYPE = "numpy.ndarray"
 
@@ -55,24 +61,41 @@ def encode_array(array: np.ndarray[Any, Any]) -> Array:
     )
 
 
-def decode_array(array: Array) -> np.ndarray[Any, Any]:
-    """Return a writable numpy copy of a Flower Array (``Array.numpy()`` when unusual)."""
+def _view(array: Array) -> np.ndarray[Any, Any] | None:
+    """Return a read-only view of the array's payload, or ``None`` when it is unusual."""
     if array.stype != _NUMPY_STYPE:
-        return array.numpy()
+        return None
     try:
         dtype = np.dtype(array.dtype)
     except TypeError:
-        return array.numpy()
+        return None
     shape = tuple(int(s) for s in array.shape)
     nbytes = dtype.itemsize * math.prod(shape)
     data = array.data
     if dtype.hasobject or nbytes > len(data):
-        return array.numpy()
+        return None
     header = data[: len(data) - nbytes]
     if header != _header(dtype.str, shape):  # Fortran order, another .npy version, ...
-        return array.numpy()
+        return None
     flat = np.frombuffer(data, dtype=dtype, count=math.prod(shape), offset=len(header))
-    return flat.reshape(shape).copy()
+    return flat.reshape(shape)
+
+
+def decode_array(array: Array) -> np.ndarray[Any, Any]:
+    """Return a writable numpy copy of a Flower Array (``Array.numpy()`` when unusual)."""
+    view = _view(array)
+    return array.numpy() if view is None else view.copy()
+
+
+def first_non_finite(record: ArrayRecord) -> str | None:
+    """Return the name of the first array of ``record`` holding NaN or Inf, else ``None``."""
+    for name, array in record.items():
+        values = _view(array)
+        if values is None:
+            values = array.numpy()
+        if values.dtype.kind in "fc" and not np.isfinite(values).all():
+            return name
+    return None
 
 
 def state_dict_to_record(state_dict: dict[str, torch.Tensor]) -> ArrayRecord:

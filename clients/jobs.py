@@ -35,13 +35,14 @@ from clients.state import (
 from clients.task import SliceResult, sized, stream_key, train_slice
 from flower_edge import wire
 from flower_edge.decision import Decision, decide, node_value
-from flower_edge.errors import InputError
+from flower_edge.errors import InputError, TaskError
 from flower_edge.timing import DeviceTimer
 
 __all__ = [
     "MAX_SHARE_EPOCHS",
     "JobRuntime",
     "as_uint64",
+    "check_finite",
     "check_share",
     "current_job",
     "log_decision",
@@ -161,7 +162,26 @@ def run_slice(
         loss_sum=r.loss_sum + result.loss_sum,
         seconds=r.seconds + result.seconds,
     )
+    check_finite(record, job.slot)
     return JobRuntime(record, job.slot, job.optimizer, rng), result
+
+
+def check_finite(record: JobRecord, slot: ModelSlot) -> None:
+    """Refuse a diverged job: a non-finite training loss or weights (TaskError).
+
+    Raises
+    ------
+    TaskError
+        If the job's mean training loss or one of the model's arrays is NaN or Inf; nothing
+        of the job is kept or sent.
+    """
+    hint = "check the features and the learning rate"
+    loss = record.loss_sum / record.position if record.position else 0.0
+    if not math.isfinite(loss):
+        raise TaskError(f"training diverged: {wire.TRAIN_LOSS} is {loss}; {hint}")
+    bad = slot.first_non_finite()
+    if bad is not None:
+        raise TaskError(f"training diverged: array {bad!r} holds NaN or Inf; {hint}")
 
 
 def train_job(

@@ -12,6 +12,7 @@ from typing import Literal, get_args
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 
+from clients.arrays import first_non_finite
 from flower_edge import validate, wire
 from flower_edge.errors import InputError
 
@@ -100,16 +101,27 @@ def _config(content: RecordDict) -> ConfigRecord:
 
 
 def parse_arrays(content: RecordDict) -> ArrayRecord | None:
-    """Return the message's ArrayRecord (under :data:`~flower_edge.wire.ARRAYS` or alone)."""
+    """Return the message's ArrayRecord (under :data:`~flower_edge.wire.ARRAYS` or alone).
+
+    Raises
+    ------
+    InputError
+        If the record is not an ArrayRecord, there are several, or an array holds NaN or Inf
+        (a diverged global model: training from it gives NaN).
+    """
     rec = content.get(wire.ARRAYS)
     if rec is not None:
         if not isinstance(rec, ArrayRecord):
             raise InputError(f"record {wire.ARRAYS!r} must be an ArrayRecord")
-        return rec
-    found = list(content.array_records.values())
-    if len(found) > 1:
-        raise InputError(f"message carries {len(found)} ArrayRecords, expected at most one")
-    return found[0] if found else None
+    else:
+        found = list(content.array_records.values())
+        if len(found) > 1:
+            raise InputError(f"message carries {len(found)} ArrayRecords, expected at most one")
+        rec = found[0] if found else None
+    bad = None if rec is None else first_non_finite(rec)
+    if bad is not None:
+        raise InputError(f"the received global model is not finite: array {bad!r} holds NaN or Inf")
+    return rec
 
 
 def _int(cfg: ConfigRecord, key: str, low: int | None = 0) -> int | None:

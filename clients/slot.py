@@ -80,6 +80,13 @@ class ModelSlot:
             for name, tensor in self.tensors.items():
                 tensor.copy_(values[name])
 
+    def first_non_finite(self) -> str | None:
+        """Return the name of the first weight or buffer holding NaN or Inf, else ``None``."""
+        for name, tensor in self.state().items():
+            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                return name
+        return None
+
     def arrays(self) -> ArrayRecord:
         """Return the current weights as an ArrayRecord."""
         return state_dict_to_record(self.state())

@@ -153,3 +153,67 @@ def test_a_node_recovers_when_its_task_works_again() -> None:
     second = app(_msg(**{wire.SAMPLE_SHARE: 32}), ctx)
     assert not second.has_error(), second.error
     assert second.content[wire.METRICS][wire.SAMPLES_PROCESSED] == 32
+
+
+def _nan_global(name: str) -> ArrayRecord:
+    torch.manual_seed(0)
+    state = _model().state_dict()
+    state[name][0] = float("nan")
+    return ArrayRecord(state)
+
+
+@pytest.mark.parametrize("kind", ["job", "plain", "evaluate"])
+def test_a_non_finite_global_model_is_refused_naming_the_array(kind: str) -> None:
+    """Found by a new-user probe: a train message whose global arrays held NaN was trained and
+    answered with NaN arrays."""
+    name = next(iter(_model().state_dict()))
+    content = RecordDict({wire.ARRAYS: _nan_global(name)})
+    if kind != "evaluate":
+        cfg = {wire.SAMPLE_SHARE: 32} | (
+            {wire.JOB_ID: 1, wire.GLOBAL_VERSION: 0} if kind == "job" else {}
+        )
+        content[wire.CONFIG] = ConfigRecord(cfg)
+    ctx = node_context(NODE)
+    msg = instruction(content, "evaluate" if kind == "evaluate" else "train", NODE)
+    reply = build_client_app(_task())(msg, ctx)
+    assert reply.has_error()
+    assert (
+        f"InputError: the received global model is not finite: array {name!r} holds NaN or Inf"
+        == reply.error.reason
+    )
+    assert dict(ctx.state) == {}
+
+
+@pytest.mark.parametrize("slices", [False, True])
+def test_nan_features_give_a_diverged_error_not_nan_arrays(slices: bool) -> None:
+    """Found by a new-user probe: all-NaN features gave ``train-loss nan`` and non-finite
+    arrays in a successful reply."""
+    nan = torch.full_like(_X, float("nan"))
+    app = build_client_app(_task(load_data=_with(x=nan)))
+    ctx = node_context(NODE)
+    budget = {wire.SLICE_BUDGET: 1e-9} if slices else {}
+    reply = app(_msg(**{wire.SAMPLE_SHARE: 32}, **budget), ctx)
+    assert reply.has_error()
+    assert reply.error.reason == (
+        "TaskError: training diverged: train-loss is nan; check the features and the learning rate"
+    )
+    assert dict(ctx.state) == {}  # no diverged job kept for the next slice
+
+
+class NanGradientLoss(nn.Module):
+    """Cross-entropy plus ``sqrt(0 * outputs)``: a finite loss whose gradient is NaN."""
+
+    def forward(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(out, y) + torch.sqrt((out * 0.0).sum())
+
+
+def test_weights_blown_up_by_the_last_step_give_a_diverged_error() -> None:
+    """The loss of the last batch is computed before its step: the arrays are checked too."""
+    app = build_client_app(_task(loss_fn=NanGradientLoss))
+    reply = app(_msg(**{wire.SAMPLE_SHARE: 16}), node_context(NODE))
+    assert reply.has_error()
+    assert re.fullmatch(
+        r"TaskError: training diverged: array '[\w.]+' holds NaN or Inf; check the features "
+        r"and the learning rate",
+        reply.error.reason,
+    ), reply.error.reason
