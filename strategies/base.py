@@ -152,6 +152,18 @@ def unknown_options(strategy: str, unknown: dict[str, object]) -> str:
     )
 
 
+def _decay(
+    strategy: str, decay: str | Callable[[float], float], a: float | None, b: float | None
+) -> Callable[[float], float]:
+    """Return the decay ``g``; a parameter the named decay does not use is WARNED about."""
+    params = {k: v for k, v in (("a", a), ("b", b)) if v is not None}
+    built = make_decay(decay, **params)
+    for k in params:
+        if isinstance(decay, str) and k not in DECAY_RULES[decay].params:
+            log(WARNING, "%s: decay_%s is ignored: decay %r does not use it", strategy, k, decay)
+    return built
+
+
 def _config(name: str, value: object, kind: type[_C]) -> _C:
     """Return ``value`` (``kind()`` when ``None``), or raise ConfigError naming ``name``."""
     if value is None:
@@ -240,21 +252,9 @@ class SemiAsyncStrategy(Strategy):
         validate.boolean("resume", resume)
         self.fraction_evaluate = validate.probability("fraction_evaluate", fraction_evaluate)
         self.min_evaluate_nodes = validate.integer("min_evaluate_nodes", min_evaluate_nodes, low=0)
-        params = {k: v for k, v in (("a", decay_a), ("b", decay_b)) if v is not None}
         self.threshold = threshold
         self.decay_spec = decay
-        self.decay = make_decay(decay, **params)
-        unused = [
-            k for k in params if isinstance(decay, str) and k not in DECAY_RULES[decay].params
-        ]
-        for k in unused:
-            log(
-                WARNING,
-                "%s: decay_%s is ignored: decay %r does not use it",
-                type(self).__name__,
-                k,
-                decay,
-            )
+        self.decay = _decay(type(self).__name__, decay, decay_a, decay_b)
         self.loop = _config("loop", loop, LoopConfig)
         self.shares = _config("shares", shares, ShareConfig)
         self.valuation = _config("valuation", valuation, ValuationConfig)
