@@ -30,9 +30,10 @@ What the seed fixes and what this module chooses
 ``theta`` (a preset; our choice)
     Derived by the server from the live distributions, :func:`derive_theta`: the
     ``quantile`` (:data:`DEFAULT_QUANTILE` = 0.5) of the current scores
-    ``alpha * R_i + (1 - alpha) * V_i`` of the live nodes (availability taken as 1, which
-    the server cannot see). With the median, the better-scoring half of the nodes drop
-    stale work; a fixed threshold cannot do that, because ``V`` shrinks as ``1 / (K + 1)``
+    ``alpha * R_i + (1 - alpha) * V_i`` of the live nodes (``R_i`` scaled by the
+    availability the node last reported, as the client scales it). With the median, the
+    better-scoring half of the nodes drop stale work; a fixed threshold cannot do that,
+    because ``V`` shrinks as ``1 / (K + 1)``
     and ``R``'s spread depends on the federation. The server sends it with every train
     message (:data:`flower_edge.wire.THETA`) unless the user set one.
 """
