@@ -32,7 +32,7 @@ from clients.state import (
     optimizer_from_records,
     optimizer_to_records,
 )
-from clients.task import SliceResult, sized, stream_key, train_slice
+from clients.task import MAX_LOCAL_EPOCHS, SliceResult, sized, stream_key, train_slice
 from flower_edge import wire
 from flower_edge.decision import Decision, decide, node_value
 from flower_edge.errors import InputError, TaskError
@@ -55,7 +55,7 @@ __all__ = [
 
 
 #: the largest ``sample-share`` a node accepts, in epochs of its local training samples
-MAX_SHARE_EPOCHS: Final = 10_000
+MAX_SHARE_EPOCHS: Final = MAX_LOCAL_EPOCHS
 
 
 def check_share(share: int, local_samples: int) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from clients.task import Task
+from clients.task import MAX_LOCAL_EPOCHS, Task
 from flower_edge import validate
 
 __all__ = [
@@ -52,7 +52,8 @@ class ClientSettings:
     batch_size : int
         ``batch-size`` (int >= 1).
     local_epochs : int
-        ``local-epochs`` (int >= 1): epochs per round when the server sends no sample share.
+        ``local-epochs`` (int in ``[1, MAX_LOCAL_EPOCHS]``, 10,000): epochs per round when
+        the server sends no sample share.
     alpha : float
         ``alpha`` in [0, 1]: weight of resources against value in the abandon score.
     theta : float
@@ -81,11 +82,11 @@ class ClientSettings:
             If a key has the wrong type or is out of range (the message names it).
         """
 
-        def integer(key: str, default: int, low: int) -> int:
+        def integer(key: str, default: int, low: int, high: int | None = None) -> int:
             value = run_config.get(key, default)
             if isinstance(value, float) and value.is_integer():
                 value = int(value)  # a TOML float such as 32.0
-            return validate.integer(f"run config {key!r}", value, low=low)
+            return validate.integer(f"run config {key!r}", value, low=low, high=high)
 
         learning_rate = validate.number(
             f"run config {LEARNING_RATE!r}",
@@ -102,7 +103,7 @@ class ClientSettings:
         return cls(
             learning_rate=learning_rate,
             batch_size=integer(BATCH_SIZE, task.batch_size, 1),
-            local_epochs=integer(LOCAL_EPOCHS, task.local_epochs, 1),
+            local_epochs=integer(LOCAL_EPOCHS, task.local_epochs, 1, MAX_LOCAL_EPOCHS),
             alpha=alpha,
             theta=theta,
             seed=integer(SEED, DEFAULT_SEED, 0),

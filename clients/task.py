@@ -14,7 +14,7 @@ import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Final, Literal, get_args
 
 import torch
 from flwr.app import Context
@@ -27,6 +27,7 @@ from flower_edge import validate
 from flower_edge.errors import ConfigError, TaskError
 
 __all__ = [
+    "MAX_LOCAL_EPOCHS",
     "OPTIMIZERS",
     "EvalResult",
     "Optimizer",
@@ -39,6 +40,10 @@ __all__ = [
     "stream_indices",
     "train_slice",
 ]
+
+#: the most epochs a node trains when the server sends no share (``local-epochs``); a share
+#: is bounded alike (:data:`clients.jobs.MAX_SHARE_EPOCHS`)
+MAX_LOCAL_EPOCHS: Final = 10_000
 
 Optimizer = Literal["sgd", "adam"]
 OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
@@ -110,6 +115,7 @@ class Task:
         validate.number("learning_rate", self.learning_rate, low=0.0, low_inclusive=False)
         for name in ("batch_size", "local_epochs", "eval_batch_size"):
             validate.integer(name, getattr(self, name), low=1)
+        validate.integer("local_epochs", self.local_epochs, high=MAX_LOCAL_EPOCHS)
         validate.choice("optimizer", self.optimizer, OPTIMIZERS)
         validate.probability("momentum", self.momentum, allow_one=False)
         validate.number("weight_decay", self.weight_decay, low=0.0)

@@ -388,3 +388,19 @@ def test_a_job_does_not_inherit_the_previous_jobs_optimizer_state(optimizer: str
     after = job(busy, 2, 0.1)
     fresh = job(build_client_app(_task(optimizer=optimizer)), 2, 0.1)
     assert all(torch.equal(after[k], fresh[k]) for k in fresh)
+
+
+@pytest.mark.parametrize("epochs", [10**9, 10_001])
+def test_local_epochs_are_bounded_like_a_share(epochs: int) -> None:
+    """Found by a new-user probe: ``local-epochs = 10**9`` trained for ever (a share is
+    bounded at MAX_SHARE_EPOCHS epochs; the run config's epochs now are too)."""
+    from clients.settings import ClientSettings
+    from clients.task import MAX_LOCAL_EPOCHS
+    from flower_edge.errors import ConfigError, InputError
+
+    assert MAX_LOCAL_EPOCHS == 10_000
+    task = Task(model_fn=lambda: nn.Linear(2, 2), load_data=lambda ctx: ([], []))
+    with pytest.raises((ConfigError, InputError), match=r"local-epochs.*10000"):
+        ClientSettings.from_run_config({"local-epochs": epochs}, task)
+    with pytest.raises(ConfigError, match="local_epochs"):
+        Task(model_fn=lambda: nn.Linear(2, 2), load_data=lambda ctx: ([], []), local_epochs=epochs)
