@@ -342,7 +342,7 @@ def test_bad_train_message_gets_an_error_reply_and_the_node_stays_usable(
         ({"theta": float("nan")}, r"run config 'theta' must be"),
         ({"learning-rate": 0}, r"run config 'learning-rate' must be > 0"),
         ({"batch-size": 0}, r"run config 'batch-size' must be an integer >= 1, got 0"),
-        ({"local-epochs": "two"}, r"run config 'local-epochs' must be an integer >= 1"),
+        ({"local-epochs": "two"}, r"run config 'local-epochs' must be an integer in \[1, 10000\]"),
         ({"seed": -3}, r"run config 'seed' must be an integer >= 0"),
         ({"alpha": "high"}, r"run config 'alpha' must be a finite number"),
     ],
