@@ -10,6 +10,13 @@
 # deployment test that fits its budget (tests/test_deploy_runtime.py) runs there.
 # Every process a test starts is stopped by its pid; ports are chosen free at run time.
 set -euo pipefail
+case "${1:-}" in
+  -h | --help)
+    echo "usage: bash deploy/ci.sh [PYTEST ARGS...]"
+    echo "Set up (scripts/setup.sh), then run the slow deployment tests; extra arguments go to pytest."
+    exit 0
+    ;;
+esac
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/setup.sh"
 # shellcheck source=/dev/null
