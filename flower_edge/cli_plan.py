@@ -23,7 +23,7 @@ Observations FILE and time models
     samples.
 
 Notes (stderr)
-    A node rated more than :data:`SUSPECT_RATING` times the other nodes' median on a
+    A node rated more than :data:`~flower_edge.plan_notes.SUSPECT_RATING` times the other nodes' median on a
     resource (a broken or dishonest profile is likelier than such a device), and a node whose
     observations give no time model (fewer than two distinct loads, a non-positive slope),
     and a node with match ratio 0 (it gets no samples: e.g. rated on cpu alone on the
@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any, cast
 from flower_edge import validate
 from flower_edge.cli_analyze import add_model_options, analyze_args
 from flower_edge.errors import InputError
+from flower_edge.plan_notes import _RESOURCES, _no_area, _suspect_ratings
 
 if TYPE_CHECKING:
     import numpy as np
@@ -80,8 +81,6 @@ __all__ = [
 PLOTS_GROUP = "flower_edge.plots"
 #: ``plot(evaluations, compute_share, labels, path) -> path`` (``simulations.plots.plot_radar``)
 RadarPlotter = Callable[[Any, float, Sequence[str], str], Path]
-
-_RESOURCES = ("cpu", "gpu", "memory", "disk")
 
 
 # ---------------------------------------------------------------- parsers
@@ -315,112 +314,6 @@ def _time_models(
     return models, active
 
 
-#: a node rated above this many times the median of the other nodes on a resource gets a
-#: note: a claim that big is more likely a broken or dishonest profile than a device
-SUSPECT_RATING = 1e4
-
-
-def _median_of_positive_others(column: NDArray[np.float64]) -> NDArray[np.float64]:
-    """Return, for each entry, the median of the other entries that are > 0 (0 if none).
-
-    One sort, then O(1) per entry: dropping the entry at sorted position ``k`` from the
-    ``m`` positive values leaves ``q[j] = p[j + (j >= k)]``, whose median is read off at
-    ``(m - 2) // 2`` and ``(m - 1) // 2``. Equal to ``np.median`` of the others (the mean of
-    the two middle values when their count is even), O(n log n) instead of O(n^2).
-    """
-    import numpy as np
-
-    positive = np.sort(column[column > 0])
-    m = positive.size
-    out = np.zeros(column.shape, dtype=np.float64)
-    if m == 0:
-        return out
-    # an entry <= 0 is not among the positive values: its others' median is theirs
-    if m % 2:
-        out[:] = positive[m // 2]
-    else:
-        with np.errstate(over="ignore"):
-            out[:] = (positive[m // 2 - 1] + positive[m // 2]) / 2.0
-    rated = np.flatnonzero(column > 0)
-    if m == 1:
-        out[rated] = 0.0  # no other positive value
-        return out
-    k = np.searchsorted(positive, column[rated])  # one copy of a tie is as good as another
-    lo, hi = (m - 2) // 2, (m - 1) // 2  # the middle of the m - 1 values left
-    a = positive[lo + (lo >= k)]
-    b = positive[hi + (hi >= k)]
-    with np.errstate(over="ignore"):
-        out[rated] = a if lo == hi else (a + b) / 2.0
-    return out
-
-
-def _suspect_ratings(ids: Sequence[str], ev: NDArray[np.float64]) -> list[str]:
-    """Return a note for each node rated far above the others on a resource.
-
-    A node is compared with the median of the other nodes' ratings > 0 on each resource
-    (:func:`_median_of_positive_others`, O(n log n) for n nodes).
-    """
-    import numpy as np
-
-    out: list[str] = []
-    if len(ids) < 2:
-        return out
-    for r, resource in enumerate(_RESOURCES):
-        column = ev[:, r]
-        medians = _median_of_positive_others(column)
-        with np.errstate(over="ignore"):  # a median near the float range: inf, as in Python
-            far = (medians > 0) & (column > SUSPECT_RATING * medians)
-        for d in np.flatnonzero(far):
-            median = float(medians[d])
-            out.append(
-                f"node {ids[int(d)]}: its {resource} rating {column[d]:.3g} is "
-                f"{column[d] / median:.3g}x the other nodes' median ({median:.3g}); check "
-                "its profile, or cap every node with --max-share-fraction"
-            )
-    return out
-
-
-def _no_area(
-    ids: Sequence[str],
-    ev: NDArray[np.float64],
-    ratios: NDArray[np.float64],
-    shaped: NDArray[np.bool_],
-    dropped: bool,
-) -> list[str]:
-    """Return a note for each node whose match ratio is 0 (it gets no samples).
-
-    ``shaped[d]`` says whether node ``d``'s rated axes span a radar area (its ratio with
-    every rating > 0 set to 1): if so its ratio is 0 only because its scores are negligible
-    next to the best node's (the area underflows), and the note says so instead of
-    pointing at the axes.
-    """
-    import numpy as np
-
-    out: list[str] = []
-    top = ev.max(axis=0)
-    for d, node_id in enumerate(ids):
-        if ratios[d] > 0:
-            continue
-        rated = [i for i in range(len(_RESOURCES)) if ev[d, i] > 0]
-        names = ", ".join(_RESOURCES[i] for i in rated) if rated else "no resource"
-        if rated and shaped[d]:
-            exponent = max(float(np.log10(ev[d, i]) - np.log10(top[i])) for i in rated)
-            fraction = f"{10.0**exponent:.3g}" if exponent > -300 else f"1e{exponent:.0f}"
-            out.append(
-                f"node {node_id}: match ratio 0, so no samples: rated on {names}, but its "
-                f"scores are negligible next to the best node's (at most {fraction} of the "
-                "best rating on each resource), so its radar area rounds to 0; check its "
-                "profile and the best node's"
-            )
-            continue
-        hint = "" if dropped else "; rate all four resources or pass --drop-empty-axes"
-        out.append(
-            f"node {node_id}: match ratio 0, so no samples: rated on {names}, which gives "
-            f"no radar area{hint}"
-        )
-    return out
-
-
 def build_plan(
     ids: Sequence[str],
     evaluations: Sequence[Sequence[float]],
@@ -440,7 +333,7 @@ def build_plan(
 
     ``max_share_fraction`` caps every node at ``ceil(q * total)`` samples (with its own
     capacity). ``notes`` (when given) receives one line per thing the plan worked around: a
-    node's rating far above the others' (:data:`SUSPECT_RATING`), observations that give
+    node's rating far above the others' (:data:`~flower_edge.plan_notes.SUSPECT_RATING`), observations that give
     no time model, a node with match ratio 0.
 
     Returns

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from numpy.typing import NDArray
 
 from flower_edge.cli import main
-from flower_edge.cli_plan import (
+from flower_edge.plan_notes import (
     _RESOURCES,
     SUSPECT_RATING,
     _median_of_positive_others,
