@@ -23,7 +23,7 @@ Observations FILE and time models
     samples.
 
 Notes (stderr)
-    A node rated more than :data:`~flower_edge.plan_notes.SUSPECT_RATING` times the other nodes' median on a
+    A node rated more than ``SUSPECT_RATING`` times the other nodes' median on a
     resource (a broken or dishonest profile is likelier than such a device), and a node whose
     observations give no time model (fewer than two distinct loads, a non-positive slope),
     and a node with match ratio 0 (it gets no samples: e.g. rated on cpu alone on the
@@ -333,7 +333,7 @@ def build_plan(
 
     ``max_share_fraction`` caps every node at ``ceil(q * total)`` samples (with its own
     capacity). ``notes`` (when given) receives one line per thing the plan worked around: a
-    node's rating far above the others' (:data:`~flower_edge.plan_notes.SUSPECT_RATING`), observations that give
+    node's rating far above the others' (``SUSPECT_RATING``), observations that give
     no time model, a node with match ratio 0.
 
     Returns
