@@ -295,7 +295,8 @@ def summary_table(results: Sequence[RunResult]) -> str:
             f"{r0.target_accuracy:.2f}; times in virtual seconds"
         )
         lines.extend(_resized(r0.scenario, r0.clients))
-    lines.extend(stop_line(r) for r in results)
+    # what ended a run, where it was not its round budget (the table's rounds say that)
+    lines.extend(stop_line(r) for r in results if r.stopped != "rounds")
     for r in results:
         a = r.abandon
         if a.get("offers"):
