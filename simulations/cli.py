@@ -222,6 +222,12 @@ def _engine_options(args: argparse.Namespace) -> dict[str, Any] | None:
             )
         return None
     if args.ray_address is None:
+        cores = os.cpu_count() or 1
+        if args.cpus is not None and args.cpus > cores:
+            _note(
+                f"--cpus {args.cpus} is more than this machine's {cores} cores: Ray runs up to "
+                f"{args.cpus} ClientApps at once on them, which is slower, not faster"
+            )
         return None
     if args.cpus is not None:
         _note("--cpus is ignored with --ray-address (the cluster's CPUs are used)")

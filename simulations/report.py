@@ -272,8 +272,10 @@ def _fmt(value: float | None, spec: str) -> str:
 
 def summary_table(results: Sequence[RunResult]) -> str:
     """Return a plain-text table: one row per run, ratios to FedAvg when it ran."""
+    # the seed column widens for a large --seed (up to 2**64 - 1), so the columns stay aligned
+    sw = max([4, *(len(str(r.seed)) for r in results)])
     header = (
-        f"{'strategy':<9} {'seed':>4} {'rounds':>6} {'final acc':>9} {'t->target':>10} "
+        f"{'strategy':<9} {'seed':>{sw}} {'rounds':>6} {'final acc':>9} {'t->target':>10} "
         f"{'vs fedavg':>9} {'virtual s':>10} {'abandoned':>9} {'wasted':>7} {'wall s':>7}"
     )
     base = {r.seed: r.time_to_target for r in results if r.strategy == "fedavg"}
@@ -283,7 +285,7 @@ def summary_table(results: Sequence[RunResult]) -> str:
         ref = base.get(r.seed)
         ratio = ttt / ref if ttt is not None and ref else None
         lines.append(
-            f"{r.strategy:<9} {r.seed:>4} {r.rounds:>6} {_fmt(r.final_accuracy, '.3f'):>9} "
+            f"{r.strategy:<9} {r.seed:>{sw}} {r.rounds:>6} {_fmt(r.final_accuracy, '.3f'):>9} "
             f"{_fmt(ttt, '.1f'):>10} {_fmt(ratio, '.2f'):>9} "
             f"{_fmt(r.virtual_seconds, '.1f'):>10} {r.abandoned_jobs:>9} "
             f"{_fmt(r.wasted_compute_fraction, '.1%'):>7} {_fmt(r.wall_seconds, '.1f'):>7}"

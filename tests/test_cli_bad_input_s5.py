@@ -8,6 +8,7 @@ unreachable ``--ray-address``, and the smaller checks and notes of ``simulate`` 
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import time
@@ -329,6 +330,11 @@ def test_simulate_notes_ignored_engine_options(
     (note,) = _notes(["--ray-address", "local", "--cpus", "2"], tmp_path, capsys)
     assert "--cpus is ignored with --ray-address" in note
     assert _notes(["--engine", "inprocess"], tmp_path, capsys) == []
+    # found by a new-user probe: --cpus 1000 on 2 cores started 12 workers and stalled
+    many = str((os.cpu_count() or 1) + 1)
+    (note,) = _notes(["--cpus", many], tmp_path, capsys)
+    assert f"--cpus {many} is more than this machine's" in note
+    assert _notes(["--cpus", "1"], tmp_path, capsys) == []
 
 
 def test_simulate_list_is_aligned(capsys: pytest.CaptureFixture[str]) -> None:

@@ -134,3 +134,17 @@ def test_the_table_says_when_the_abandon_rule_had_nothing_to_decide() -> None:
     table = summary_table([quiet, replace(base, strategy="fedbuff", abandon={})])
     assert "edge: abandon rule never had to decide" in table
     assert "fedbuff: abandon" not in table
+
+
+def test_the_table_stays_aligned_with_a_large_seed() -> None:
+    """Found by a new-user probe: ``--seed 18446744073709551615`` pushed the columns out."""
+    from dataclasses import replace
+
+    from simulations.report import HistoryPoint, RunResult, summary_table
+
+    history = tuple(HistoryPoint(float(i), i, 0.9, 5, 0.0) for i in range(3))
+    base = RunResult("digits-20", "edge", 0, 20, 0.9, 0.9, 2, 0, 0.0, 1.0, history)
+    table = summary_table([base, replace(base, strategy="fedbuff", seed=2**64 - 1)])
+    header, _, first, second = table.splitlines()[:4]
+    assert len(first) == len(second) == len(header)
+    assert header.index("rounds") == first.index("      2") + 1
