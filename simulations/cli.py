@@ -293,9 +293,7 @@ def _auto_address() -> str | None:
         return None
     try:
         resolved = canonicalize_bootstrap_address("auto")
-    except ConnectionError:
-        resolved = None
-    except Exception:  # noqa: BLE001 - a private Ray helper: any failure is "not found"
+    except Exception:  # noqa: BLE001 - a private Ray helper (ConnectionError when none runs)
         resolved = None
     if not resolved:
         raise InputError(
