@@ -159,8 +159,8 @@ def _largest_remainder(
     (ties to the lower index).
     """
     floors = np.floor(exact)
-    left = total - int(floors.sum())
     out = floors.astype(np.int64)
+    left = total - int(out.sum())  # an integer sum: a float one is inexact near 2**53
     if left > 0:
         frac = np.where(room, exact - floors, -1.0)
         order = np.lexsort((np.arange(exact.size), -frac))
@@ -202,6 +202,10 @@ def initial_shares(
         capacities cannot hold ``total``.
     """
     total = _check_total(total)
+    if isinstance(ratios, str) or not hasattr(ratios, "__len__"):
+        raise InputError(
+            f"ratios must be a sequence of match ratios, one per node, got {type(ratios).__name__}"
+        )
     n = len(ratios)
     if n == 0:
         raise InputError("ratios: the node list is empty; need at least 1 node")
@@ -215,7 +219,9 @@ def initial_shares(
     cap = np.asarray(_check_capacities(capacities, n))
     if total == 0:
         return (0,) * n
-    if not (m > 0).any():
+    if (m > 0).any():  # formula 7 depends on the ratios' proportions only: scale the largest
+        m = m / m.max()  # to 1, so that subnormal or huge ratios neither overflow nor vanish
+    else:
         raise InputError(
             f"ratios: no node has a match ratio > 0, so total={total} samples cannot be split "
             "by match ratio (f_d = F m_d / sum m)"
@@ -298,9 +304,12 @@ def fit_time_model(
     Raises
     ------
     InputError
-        A malformed or negative observation, ``min_points < 2``, or no usable fit and no prior.
+        A malformed or negative observation, ``min_points < 2``, a ``prior`` that is not a
+        :class:`TimeModel`, or no usable fit and no prior.
     """
     validate.integer("min_points", min_points, low=2, error=InputError)
+    if prior is not None and not isinstance(prior, TimeModel):
+        raise InputError(f"prior must be a TimeModel or None, got {type(prior).__name__}")
     loads: list[float] = []
     secs: list[float] = []
     for i, obs in enumerate(observations):
@@ -515,8 +524,8 @@ def rebalance(
     capacities : sequence of int or None, optional
         Most samples each node can take; ``None`` for no limit.
     max_moves : int, optional
-        Limit on the seed method's transfers (default ``100 * n + 1000``); reaching it logs a
-        warning and returns the shares reached so far.
+        Limit on the seed method's transfers, ``>= 0`` (default ``100 * n + 1000``); reaching
+        it logs a warning and returns the shares reached so far.
 
     Returns
     -------
@@ -526,8 +535,9 @@ def rebalance(
     Raises
     ------
     InputError
-        Empty node list, mismatched lengths, an unknown method, a negative share, or a share
-        above its node's capacity.
+        Empty node list, mismatched lengths, an unknown method, a negative share, a share
+        above its node's capacity, a bad ``max_moves``, or a time model whose predicted time
+        of the node's largest possible share overflows a float.
     """
     validate.choice("method", method, METHODS, error=InputError)
     f = _check_counts(shares, "shares")
@@ -535,13 +545,22 @@ def rebalance(
         raise InputError("shares: the node list is empty; need at least 1 node")
     _check_models(models, len(f))
     cap = _check_capacities(capacities, len(f))
+    limit = validate.integer("max_moves", max_moves, low=0, allow_none=True, error=InputError)
     for i, (v, c) in enumerate(zip(f, cap, strict=True)):
         if v > c:
             raise InputError(f"shares[{i}]={v} exceeds capacities[{i}]={int(c)}")
+    total = sum(f)
+    cap = [min(c, float(total)) for c in cap]  # room beyond F is never used
+    for i, (m, c) in enumerate(zip(models, cap, strict=True)):
+        if not math.isfinite(m.predict(c)):
+            raise InputError(
+                f"models[{i}]: the predicted time k * f + b of {int(c)} samples overflows a "
+                f"float (k={m.k!r}, b={m.b!r}); give k and b in larger time units"
+            )
     if method == "seed":
-        limit = 100 * len(f) + 1000 if max_moves is None else max_moves
+        limit = 100 * len(f) + 1000 if limit is None else limit
         out = _seed_rebalance(list(f), models, cap, limit)
     else:
-        out = _optimal_rebalance(sum(f), models, cap)
+        out = _optimal_rebalance(total, models, cap)
     times = predicted_times(out, models)
     return Allocation(tuple(out), times, max(times, default=0.0), method)

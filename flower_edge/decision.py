@@ -101,6 +101,19 @@ def _check_unit(name: str, x: float) -> float:
     return validate.probability(name, x, error=InputError)
 
 
+def _unit_vector(name: str, values: object) -> NDArray[np.float64]:
+    """Return a flat list of numbers in ``[0, 1]`` as a float array, or raise InputError."""
+    if isinstance(values, str) or not hasattr(values, "__len__"):
+        raise InputError(f"{name} must be a sequence of numbers, got {type(values).__name__}")
+    try:  # no dtype here: validate.numbers names an entry that is not a number
+        raw = np.asarray(values)
+    except ValueError:  # a ragged nested list
+        raise InputError(f"{name} must be a flat sequence of numbers, got {values!r}") from None
+    if raw.ndim > 1:
+        raise InputError(f"{name} must be a flat sequence of numbers, got shape {raw.shape}")
+    return validate.numbers(name, raw.reshape(-1), low=0.0, high=1.0, error=InputError)
+
+
 def neutral_value(values: Sequence[float]) -> float:
     """Return the value of a node that was never valued.
 
@@ -196,12 +209,12 @@ def linear_resources(match_ratios: Sequence[float] | NDArray[np.float64]) -> NDA
     Raises
     ------
     InputError
-        If the list is empty or a ratio is outside ``[0, 1]``.
+        If the list is empty, not a flat sequence of numbers, or a ratio is outside
+        ``[0, 1]``.
     """
-    m = np.asarray(match_ratios, dtype=np.float64).reshape(-1)
+    m = _unit_vector("match_ratios", match_ratios)
     if m.size == 0:
         raise InputError("match_ratios: the node list is empty; need at least 1 node")
-    m = validate.numbers("match_ratios", m, low=0.0, high=1.0, error=InputError)
     top = float(m.max())
     if top == 0.0:
         return np.ones_like(m)
@@ -241,19 +254,18 @@ def derive_theta(
     Raises
     ------
     InputError
-        If the sequences are empty or differ in length, or a number is out of its range.
+        If the sequences are empty, not flat sequences of numbers or differ in length, or a
+        number is out of its range.
     """
     a = _check_unit("alpha", alpha)
     q = _check_unit("quantile", quantile)
-    r = np.asarray(resources, dtype=np.float64).reshape(-1)
-    v = np.asarray(values, dtype=np.float64).reshape(-1)
+    r = _unit_vector("resources", resources)
+    v = _unit_vector("values", values)
     if r.size == 0 or r.size != v.size:
         raise InputError(
             f"resources and values must be non-empty and of the same length, got {r.size} "
             f"and {v.size}"
         )
-    for name, arr in (("resources", r), ("values", v)):
-        validate.numbers(name, arr, low=0.0, high=1.0, error=InputError)
     scores = a * r + (1.0 - a) * v
     return float(np.quantile(scores, q))
 
@@ -286,12 +298,14 @@ def decide(
     Raises
     ------
     InputError
-        If a parameter is outside its range (the message names it).
+        If a parameter is outside its range or ``participated`` is not a bool (the message
+        names it).
     """
     a = _check_unit("alpha", alpha)
     r = _check_unit("resource", resource)
     v = _check_unit("value", value)
     validate.number("theta", theta, low=0.0, finite=False, error=InputError)
+    participated = validate.boolean("participated", participated, error=InputError)
     score = a * r + (1.0 - a) * v
     # guard the tie score == theta against rounding in the weighted mean (e.g. 0.5*0.2+0.5*0.4)
     abandon = score >= theta or math.isclose(score, theta, rel_tol=1e-12, abs_tol=1e-15)

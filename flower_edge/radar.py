@@ -65,7 +65,13 @@ _COMPUTE_AXES = frozenset({"cpu", "gpu"})
 
 def _check_evaluations(evaluations: ArrayLike) -> NDArray[np.float64]:
     """Return ``evaluations`` as a float array ``(n_nodes, 4)`` or raise :class:`InputError`."""
-    arr = np.asarray(evaluations, dtype=np.float64)
+    try:  # no dtype here: validate.numbers names an entry that is not a number
+        arr = np.asarray(evaluations)
+    except ValueError:  # a ragged list of rows
+        raise InputError(
+            f"evaluations must be a (n_nodes, {len(AXES)}) array of numbers with columns "
+            f"{AXES}; its rows differ in length"
+        ) from None
     if arr.ndim != 2 or arr.shape[1] != len(AXES):
         raise InputError(
             f"evaluations must have shape (n_nodes, {len(AXES)}) with columns {AXES}, "

@@ -68,10 +68,12 @@ def values_from_contributions(contributions: Sequence[float]) -> npt.NDArray[np.
     if len(contributions) == 0:
         raise InputError("contributions must hold at least one participant, got 0")
     clamped = np.maximum(_finite_vector(contributions, "contributions"), 0.0)
-    total = math.fsum(clamped.tolist())
-    if total <= 0.0:
+    top = float(clamped.max())
+    if top <= 0.0:
         return np.full(len(clamped), 1.0 / len(clamped))
-    return clamped / total
+    relative = clamped / top  # values are proportions: scaled, huge contributions cannot overflow
+    out: npt.NDArray[np.float64] = relative / math.fsum(relative.tolist())
+    return out
 
 
 def leave_one_out_values(
