@@ -27,8 +27,9 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from flower_edge import wire
+from flower_edge import validate, wire
 from flower_edge.decision import derive_theta, linear_resources, neutral_value
+from flower_edge.errors import ConfigError
 from strategies.config import AbandonConfig
 from strategies.evaluation import ServerEvaluation
 from strategies.membership import Node
@@ -67,8 +68,10 @@ class AbandonPolicy:
     """
 
     def __init__(self, config: AbandonConfig, *, enabled: bool) -> None:
+        if not isinstance(config, AbandonConfig):
+            raise ConfigError(f"abandon must be an AbandonConfig, got {type(config).__name__}")
         self.config = config
-        self.enabled = enabled
+        self.enabled = validate.boolean("enabled", enabled)
         self.resources: dict[int, float] = {}
         # inf until the first refresh: no decision can come before the first aggregation
         self.theta = config.theta if enabled and config.theta is not None else math.inf

@@ -1,7 +1,8 @@
 """Asynchronous baselines on the same event loop: FedBuff and FedAsync.
 
 Flower's own :class:`~flwr.serverapp.strategy.FedAvg` is the synchronous baseline. Both
-baselines here send no values and, by default, do not profile nodes (equal shares).
+baselines here send no values and, by default, do not profile nodes (equal shares) and send
+whole jobs (no slices: ``loop`` defaults to :data:`BASELINE_LOOP`).
 """
 
 from __future__ import annotations
@@ -13,16 +14,29 @@ import numpy as np
 
 from flower_edge import validate
 from flower_edge.arrays import NDArray, cast_like
-from flower_edge.staleness import MIXINGS, MixingName, fedasync_mixing, fedbuff_weight
+from flower_edge.staleness import (
+    DECAY_PARAMS,
+    MIXINGS,
+    MixingName,
+    fedasync_mixing,
+    fedbuff_weight,
+)
 from strategies.base import SemiAsyncStrategy, StrategyOptions
-from strategies.config import ShareConfig, ValuationConfig
+from strategies.config import LoopConfig, ShareConfig, ValuationConfig
 from strategies.records import Combined, Update
 
-__all__ = ["FedAsync", "FedBuff"]
+__all__ = ["BASELINE_LOOP", "FedAsync", "FedBuff"]
+
+
+#: the baselines' loop when none is given: whole jobs, no slices (their clients never abandon,
+#: so a slice boundary would only cost a round trip; the papers send one message per job)
+BASELINE_LOOP = LoopConfig(slice_budget=0.0)
 
 
 def _baseline_defaults(options: StrategyOptions) -> StrategyOptions:
-    """Return ``options`` with the baselines' defaults: no profiling, no values, no decay."""
+    """Return ``options`` with the baselines' defaults: no profiling, values, decay, slices."""
+    if options.get("loop") is None:
+        options["loop"] = BASELINE_LOOP
     options.setdefault("shares", ShareConfig(profile=False, rebalance="off"))
     options.setdefault("valuation", ValuationConfig(mode="off"))
     options.setdefault("decay", "constant")
@@ -55,8 +69,8 @@ class FedBuff(_WithoutValues):
     server_lr : float (default: 1.0)
         ``eta``, ``> 0``.
     **options : StrategyOptions
-        As :class:`~strategies.base.SemiAsyncStrategy` (defaults: no profiling, no values;
-        typed: an unknown keyword raises ``TypeError``).
+        As :class:`~strategies.base.SemiAsyncStrategy` (defaults: no profiling, no values,
+        no slices; typed: an unknown keyword raises ``TypeError``).
     """
 
     name = "fedbuff"
@@ -115,10 +129,11 @@ class FedAsync(_WithoutValues):
     staleness_fn : {"polynomial", "hinge", "constant"} (default: "polynomial")
         ``s``.
     a, b : float (default: 0.5, 4.0)
-        Parameters of ``s``.
+        Parameters of ``s``: ``a > 0`` (polynomial and hinge), ``b >= 0`` (hinge); both
+        checked whatever ``staleness_fn`` is.
     **options : StrategyOptions
-        As :class:`~strategies.base.SemiAsyncStrategy` (defaults: no profiling, no values;
-        typed: an unknown keyword, ``threshold`` included, raises ``TypeError``).
+        As :class:`~strategies.base.SemiAsyncStrategy` (defaults: no profiling, no values,
+        no slices; typed: an unknown keyword, ``threshold`` included, raises ``TypeError``).
     """
 
     name = "fedasync"
@@ -151,7 +166,9 @@ class FedAsync(_WithoutValues):
         ``b >= 0``.
         """
         kind = validate.choice("staleness_fn", staleness_fn, MIXINGS)
-        fedasync_mixing(alpha, 0, kind, a, b)  # type: ignore[arg-type]  # alpha, a, b
+        fedasync_mixing(alpha, 0, kind, a, b)  # type: ignore[arg-type]  # alpha
+        for param, value in (("a", a), ("b", b)):  # also the one that kind does not use
+            DECAY_PARAMS[param].check(value)
         return kind  # type: ignore[return-value]  # one of MIXINGS
 
     def aggregation_due(self, buffered: int) -> bool:

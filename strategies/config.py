@@ -272,6 +272,8 @@ class ShareConfig:
                     "input_shape must be a tuple of at least 2 ints >= 1 (one training batch, "
                     f"batch first, e.g. (32, 64)), got {shape!r}"
                 )
+        validate.boolean("order_invariant", self.order_invariant)
+        validate.boolean("drop_empty_axes", self.drop_empty_axes)
         if self.model is not None and not callable(self.model):
             raise ConfigError(
                 f"model must be a torch.nn.Module or a factory, got {type(self.model).__name__}"

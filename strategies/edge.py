@@ -235,7 +235,8 @@ class EdgeStrategy(SemiAsyncStrategy):
             K.
         **options : StrategyOptions
             As the constructor's. A ``shares`` option keeps its own values; the preset sets
-            only the :data:`PRESET_SHARES` fields that it leaves at their defaults.
+            only the :data:`PRESET_SHARES` fields that it leaves at their defaults. The
+            preset's own options (:data:`PRESETS`, e.g. ``aggregate``) raise ``TypeError``.
 
         Examples
         --------
@@ -244,7 +245,16 @@ class EdgeStrategy(SemiAsyncStrategy):
         >>> seed = EdgeStrategy.preset("edge-seed", threshold=4)
         """
         validate.choice("preset", name, tuple(PRESETS))
+        own = sorted(set(PRESETS[name]) & set(options))
+        if own:
+            raise TypeError(
+                f"EdgeStrategy.preset({name!r}) sets {', '.join(own)} itself; to choose "
+                f"{'it' if len(own) == 1 else 'them'}, build EdgeStrategy(threshold, ...) with "
+                "the options of the preset (strategies.edge.PRESETS)"
+            )
         given = options.get("shares")
+        if given is not None and not isinstance(given, ShareConfig):
+            raise ConfigError(f"shares must be a ShareConfig, got {type(given).__name__}")
         shares = ShareConfig() if given is None else given
         default = ShareConfig()
         fields = {

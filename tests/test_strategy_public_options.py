@@ -1,0 +1,92 @@
+"""Public constructors: wrong-typed settings name their field; documented defaults hold.
+
+Each case failed before its fix (new-user probe of the public API).
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import ToyEdge, accuracy_fn, model, virtual
+from flwr.app import MessageType
+
+from flower_edge import wire
+from flower_edge.errors import ConfigError
+from strategies import (
+    AbandonConfig,
+    EdgeStrategy,
+    FedAsync,
+    FedBuff,
+    InProcessGrid,
+    LoopConfig,
+    ShareConfig,
+)
+from strategies.abandon import AbandonPolicy
+
+
+@pytest.mark.parametrize("field", ["order_invariant", "drop_empty_axes"])
+@pytest.mark.parametrize("value", ["no", 0, 1, None])
+def test_share_config_radar_switches_are_booleans(field: str, value: object) -> None:
+    # "no" is truthy: order_invariant="no" used to switch the variant on
+    with pytest.raises(ConfigError, match=f"{field} must be a boolean"):
+        ShareConfig(**{field: value})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("shares", [LoopConfig(), {"profile": False}])
+def test_preset_names_shares_of_the_wrong_type(shares: object) -> None:
+    # was AttributeError: 'LoopConfig' object has no attribute 'max_epochs'
+    with pytest.raises(ConfigError, match="shares must be a ShareConfig, got"):
+        EdgeStrategy.preset("edge", threshold=2, shares=shares)  # type: ignore[arg-type]
+
+
+def test_preset_refuses_its_own_options_by_name() -> None:
+    with pytest.raises(TypeError, match=r"preset\('edge-seed'\) sets aggregate, server_lr"):
+        EdgeStrategy.preset("edge-seed", 2, aggregate="deltas", server_lr=0.5)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"b": -1.0}, "decay parameter b must be >= 0, got -1"),
+        ({"staleness_fn": "constant", "a": -1.0}, "decay parameter a must be > 0, got -1"),
+        ({"staleness_fn": "polynomial", "b": float("nan")}, "decay parameter b must be a finite"),
+    ],
+)
+def test_fedasync_checks_both_parameters_whatever_the_function(
+    options: dict[str, object], match: str
+) -> None:
+    # its docstring promised a > 0 and b >= 0; only the parameters s used were checked
+    with pytest.raises(ConfigError, match=match):
+        FedAsync(**options)  # type: ignore[arg-type]
+
+
+def test_abandon_policy_checks_its_arguments() -> None:
+    with pytest.raises(ConfigError, match="abandon must be an AbandonConfig, got NoneType"):
+        AbandonPolicy(None, enabled=True)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="enabled must be a boolean"):
+        AbandonPolicy(AbandonConfig(), enabled="no")  # type: ignore[arg-type]
+
+
+def test_baselines_default_to_whole_jobs_without_slices() -> None:
+    # docs/strategy.md: "defaults: no profiling, equal shares, no values, no slicing"
+    assert FedBuff(2).loop.slice_budget == 0.0
+    assert FedAsync().loop.slice_budget == 0.0
+    assert FedBuff(2, loop=None).loop.slice_budget == 0.0
+    # a loop the user gives keeps its own budget; EdgeStrategy keeps slices on
+    assert FedBuff(2, loop=LoopConfig(min_nodes=3)).loop.slice_budget == "auto"
+    assert EdgeStrategy(2).loop.slice_budget == "auto"
+
+
+@pytest.mark.parametrize("make", [lambda: FedBuff(2), lambda: FedAsync()])
+def test_baseline_train_messages_ask_for_whole_jobs(make: object) -> None:
+    strategy = make()  # type: ignore[operator]
+    strategy.clock = virtual()
+    strategy.checkpoint_dir = None
+    grid = InProcessGrid(ToyEdge(), 4)
+    strategy.start(grid, model(0.0), num_rounds=3, evaluate_fn=accuracy_fn())
+    budgets = {
+        m.content.config_records[wire.CONFIG][wire.SLICE_BUDGET]
+        for m in grid.pushed
+        if m.metadata.message_type == MessageType.TRAIN
+    }
+    assert budgets == {0.0}
+    assert len(strategy.history) == 3
