@@ -63,6 +63,7 @@ import math
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from logging import DEBUG, INFO, getLogger
 from typing import Any, Literal, get_args
 
@@ -664,8 +665,17 @@ def _profile(
         raise InputError("model: the training step executed no operator to analyse")
     intensities = [f / b if b > 0 else 0.0 for _, _, f, b in calls]
     mean = math.fsum(intensities) / len(intensities)
+    exact_sum = sum(map(Fraction, intensities), Fraction(0))
+
+    def above(i: float) -> bool:
+        # the rounded mean can fall below an operator exactly at the mean (six ops of one
+        # intensity were all "compute"): near the mean, compare n * i with the exact sum
+        if abs(i - mean) > 1e-9 * abs(mean):
+            return i > mean
+        return Fraction(i) * len(intensities) > exact_sum
+
     ops = tuple(
-        OperatorCost(name, op, f, b, i, "compute" if i > mean else "memory")
+        OperatorCost(name, op, f, b, i, "compute" if above(i) else "memory")
         for (name, op, f, b), i in zip(calls, intensities, strict=True)
     )
     if share == "count":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ import pytest
 from flower_edge.allocation import TimeModel, fit_time_model, initial_shares, rebalance
 from flower_edge.decision import decide, derive_theta, linear_resources
 from flower_edge.errors import InputError
+from flower_edge.operators import _profile
 from flower_edge.radar import match_ratios
 from flower_edge.valuation import values_from_contributions
 
@@ -141,3 +143,24 @@ def test_decision_inputs_of_the_wrong_type(
 
 def test_derive_theta_still_takes_arrays_and_tuples() -> None:
     assert derive_theta(np.array([0.2, 0.4]), (0.1, 0.3)) == pytest.approx(0.25)
+
+
+def test_operators_at_the_mean_intensity_are_memory_intensive_exactly() -> None:
+    # six operators of one intensity: the rounded mean fell below it and all were "compute"
+    calls = [("fwd/op", "aten.op", 356.36030788115914, 721.9298806173309)] * 6
+    profile = _profile(calls, "count", ())
+    assert {o.kind for o in profile.operators} == {"memory"}
+    assert profile.compute_share == 0.0
+
+
+def test_operator_classification_against_exact_arithmetic() -> None:
+    rng = np.random.default_rng(7)
+    for _ in range(500):
+        n = int(rng.integers(1, 12))
+        values = rng.choice(rng.uniform(0.01, 100.0, 3), size=n)  # repeated intensities
+        calls = [(f"fwd/{i}", "aten.op", float(v), 1.0) for i, v in enumerate(values)]
+        profile = _profile(calls, "count", ())
+        total = sum(Fraction(float(v)) for v in values)
+        expected = ["compute" if Fraction(float(v)) * n > total else "memory" for v in values]
+        assert [o.kind for o in profile.operators] == expected
+        assert profile.compute_share == expected.count("compute") / n
