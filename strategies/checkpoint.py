@@ -106,6 +106,11 @@ class Checkpoint:
     average: tuple[npt.NDArray[Any], ...] | None = None
 
 
+def _c_order(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """Return ``array`` C-ordered in its own shape (``np.ascontiguousarray`` made 0-d 1-d)."""
+    return np.asarray(array, order="C")
+
+
 def _atomic_write(path: Path, write: Any) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -140,9 +145,9 @@ class CheckpointStore:
     ) -> None:
         """Write the checkpoint of aggregation ``round_`` atomically; drop older array files."""
         name = f"global-{round_:06d}.npz"
-        payload = {f"a{i}": np.ascontiguousarray(a) for i, a in enumerate(arrays)}
+        payload = {f"a{i}": _c_order(a) for i, a in enumerate(arrays)}
         for i, a in enumerate(average or ()):
-            payload[f"m{i}"] = np.ascontiguousarray(a)
+            payload[f"m{i}"] = _c_order(a)
         _atomic_write(self.directory / name, lambda h: np.savez(h, **payload))  # type: ignore[arg-type]
         full = dict(state, round=round_, arrays_file=name, keys=list(keys))
         text = json.dumps(full, sort_keys=True).encode()
@@ -188,7 +193,7 @@ class CheckpointStore:
         Each entry names its array file under ``"file"``; files no longer listed are removed.
         """
         if new is not None and arrays is not None:
-            payload = {f"a{i}": np.ascontiguousarray(a) for i, a in enumerate(arrays)}
+            payload = {f"a{i}": _c_order(a) for i, a in enumerate(arrays)}
             path = self.directory / str(new["file"])
             _atomic_write(path, lambda h: np.savez(h, **payload))  # type: ignore[arg-type]
         text = json.dumps(list(entries), sort_keys=True).encode()

@@ -8,12 +8,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from logging import INFO, WARNING
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import numpy.typing as npt
 from flwr.app import MetricRecord
 from flwr.common.logger import log
 
+from flower_edge.errors import ConfigError
 from strategies.checkpoint import (
     FINISHED_FILE,
     CheckpointStore,
@@ -29,6 +32,7 @@ if TYPE_CHECKING:
     from strategies.loop import EventLoop
 
 __all__ = [
+    "conform_arrays",
     "resume_from_checkpoint",
     "save_buffered_update",
     "save_checkpoint",
@@ -102,6 +106,38 @@ def _restore_buffer(loop: EventLoop, store: CheckpointStore) -> None:
             node.last_base = max(node.last_base, update.base_version)
 
 
+def conform_arrays(
+    arrays: Sequence[npt.NDArray[Any]],
+    model: Sequence[npt.NDArray[Any]],
+    keys: Sequence[str],
+    where: str,
+    *,
+    same_dtypes: bool = True,
+) -> list[npt.NDArray[Any]]:
+    """Return checkpointed ``arrays`` in the shapes of the served ``model``, or raise.
+
+    A 1-element array of a 0-d model array is reshaped (checkpoints written before
+    2026-12-03 stored 0-d arrays as 1-d). ``same_dtypes=False`` checks shapes only (the
+    moving average is kept in float64).
+
+    Raises
+    ------
+    ConfigError
+        An array whose shape or dtype differs from the model's (the message names it).
+    """
+    out = []
+    for key, array, ref in zip(keys, arrays, model, strict=True):
+        if array.shape != ref.shape and ref.ndim == 0 and array.size == 1:
+            array = array.reshape(())
+        if array.shape != ref.shape or (same_dtypes and array.dtype != ref.dtype):
+            raise ConfigError(
+                f"checkpoint in {where} holds a different model: array {key!r} is "
+                f"{array.dtype}{list(array.shape)}, the model's is {ref.dtype}{list(ref.shape)}"
+            )
+        out.append(array)
+    return out
+
+
 def resume_from_checkpoint(loop: EventLoop, ids: list[int]) -> bool:
     """Continue from the checkpoint if asked to and there is one; return whether it did."""
     store = loop.store
@@ -112,7 +148,7 @@ def resume_from_checkpoint(loop: EventLoop, ids: list[int]) -> bool:
         log(INFO, "%s: a new run (resume is off): the old checkpoint moved to %s", loop.name, kept)
         return False
     state, ckpt = store.load_run(loop.keys)
-    arrays = ckpt.arrays
+    arrays = conform_arrays(ckpt.arrays, loop.global_arrays, loop.keys, str(store.directory))
     budget = loop.stopper.num_rounds
     finished = store.finished()
     stopped_early = finished is not None and finished.get("num_rounds", 0) >= budget
@@ -136,7 +172,10 @@ def resume_from_checkpoint(loop: EventLoop, ids: list[int]) -> bool:
     loop.global_record = to_record(loop.keys, loop.global_arrays)
     loop.versions = {loop.version: loop.global_arrays}
     if loop.average is not None and ckpt.average is not None and state.averaged > 0:
-        loop.average.restore(ckpt.average, state.averaged)
+        average = conform_arrays(
+            ckpt.average, arrays, loop.keys, str(store.directory), same_dtypes=False
+        )
+        loop.average.restore(average, state.averaged)
         loop.served = loop.average.served(loop.global_arrays)
     loop.clock.advance_to(state.clock)
     loop.start_time = loop.clock.now() - state.elapsed  # wall clocks restart
