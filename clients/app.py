@@ -106,6 +106,11 @@ def build_client_app(
     -------
     ClientApp
         Registers ``query.profile``, ``train`` and ``evaluate``.
+
+    Raises
+    ------
+    ConfigError
+        ``task`` is not a :class:`~clients.Task`, or a ``*_fn`` is neither callable nor None.
     """
     builder = ClientHandlers(task, timer_fn, probe_fn, availability_fn)
     app = ClientApp()

@@ -22,7 +22,7 @@ from clients.slot import ModelSlot
 from clients.task import Task, build_optimizer
 from clients.user_code import call_load_data, call_loss_fn, call_model_fn
 from flower_edge import validate, wire
-from flower_edge.errors import InputError
+from flower_edge.errors import ConfigError, InputError
 from flower_edge.profiling.report import ResourceProbe
 from flower_edge.timing import DeviceTimer
 
@@ -96,6 +96,17 @@ class NodeRuntime:
         probe_fn: Callable[[Context], ResourceProbe] | None,
         availability_fn: Callable[[], float] | None,
     ) -> None:
+        if not isinstance(task, Task):
+            raise ConfigError(
+                f"task must be a clients.Task (model_fn, load_data, ...), got {type(task).__name__}"
+            )
+        for name, fn in (
+            ("timer_fn", timer_fn),
+            ("probe_fn", probe_fn),
+            ("availability_fn", availability_fn),
+        ):
+            if fn is not None and not callable(fn):
+                raise ConfigError(f"{name} must be callable or None, got {type(fn).__name__}")
         self.task = task
         self.timer_fn = timer_fn
         self.probe_fn = probe_fn or default_probe

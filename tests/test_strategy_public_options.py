@@ -6,11 +6,15 @@ Each case failed before its fix (new-user probe of the public API).
 from __future__ import annotations
 
 import pytest
+import torch
 from conftest import ToyEdge, accuracy_fn, model, virtual
 from flwr.app import MessageType
+from torch.utils.data import TensorDataset
 
+from clients import Task, build_client_app
 from flower_edge import wire
 from flower_edge.errors import ConfigError
+from flower_edge.models import MLP
 from strategies import (
     AbandonConfig,
     EdgeStrategy,
@@ -21,6 +25,12 @@ from strategies import (
     ShareConfig,
 )
 from strategies.abandon import AbandonPolicy
+
+EMPTY = TensorDataset(torch.zeros(0, 8), torch.zeros(0, dtype=torch.long))
+TASK = Task(
+    model_fn=lambda: MLP(in_features=8, hidden=16, num_classes=4),
+    load_data=lambda ctx: (EMPTY, EMPTY),
+)
 
 
 @pytest.mark.parametrize("field", ["order_invariant", "drop_empty_axes"])
@@ -90,3 +100,21 @@ def test_baseline_train_messages_ask_for_whole_jobs(make: object) -> None:
     }
     assert budgets == {0.0}
     assert len(strategy.history) == 3
+
+
+@pytest.mark.parametrize(
+    ("args", "options", "match"),
+    [
+        ((None,), {}, "task must be a clients.Task"),
+        (("model.py",), {}, "task must be a clients.Task"),
+        ((TASK,), {"timer_fn": 3}, "timer_fn must be callable or None, got int"),
+        ((TASK,), {"probe_fn": "host"}, "probe_fn must be callable or None, got str"),
+        ((TASK,), {"availability_fn": 0.5}, "availability_fn must be callable or None"),
+    ],
+)
+def test_build_client_app_names_a_wrong_argument(
+    args: tuple[object, ...], options: dict[str, object], match: str
+) -> None:
+    # was accepted: every message then failed inside the ClientApp
+    with pytest.raises(ConfigError, match=match):
+        build_client_app(*args, **options)  # type: ignore[arg-type]
