@@ -144,7 +144,11 @@ class LoopConfig:
                 )
             _positive("slice_budget", self.slice_budget, allow_zero=True)
         if self.deadline != "auto":
-            _positive("deadline", self.deadline, optional=True)  # type: ignore[arg-type]
+            if isinstance(self.deadline, str):
+                raise ConfigError(
+                    f"deadline must be a number > 0, 'auto' or None, got {self.deadline!r}"
+                )
+            _positive("deadline", self.deadline, optional=True)
         validate.number("deadline_factor", self.deadline_factor, low=1.0)
         validate.number("deadline_floor", self.deadline_floor, low=0.0, low_inclusive=False)
         validate.integer("staleness_bound", self.staleness_bound, low=0, allow_none=True)
@@ -254,6 +258,10 @@ class ShareConfig:
             "total_samples", self.total_samples, low=0, high=MAX_SAMPLES, allow_none=True
         )
         if self.compute_share != "auto":
+            if isinstance(self.compute_share, str):
+                raise ConfigError(
+                    f"compute_share must be in [0, 1] or 'auto', got {self.compute_share!r}"
+                )
             _positive("compute_share", self.compute_share, allow_zero=True)
             if self.compute_share > 1:
                 raise ConfigError(

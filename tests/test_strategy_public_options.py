@@ -5,6 +5,8 @@ Each case failed before its fix (new-user probe of the public API).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 from conftest import ToyEdge, accuracy_fn, model, virtual
@@ -118,3 +120,30 @@ def test_build_client_app_names_a_wrong_argument(
     # was accepted: every message then failed inside the ClientApp
     with pytest.raises(ConfigError, match=match):
         build_client_app(*args, **options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (
+            lambda: LoopConfig(deadline="never"),  # type: ignore[arg-type]
+            "deadline must be a number > 0, 'auto' or None",
+        ),
+        (
+            lambda: LoopConfig(deadline="AUTO"),  # type: ignore[arg-type]
+            "deadline must be a number > 0, 'auto' or None",
+        ),
+        (
+            lambda: ShareConfig(compute_share="AUTO"),  # type: ignore[arg-type]
+            r"compute_share must be in \[0, 1\] or 'auto'",
+        ),
+        (
+            lambda: ShareConfig(compute_share="0.5"),  # type: ignore[arg-type]
+            r"compute_share must be in \[0, 1\] or 'auto'",
+        ),
+    ],
+)
+def test_a_wrong_string_names_the_allowed_word(make: Callable[[], object], match: str) -> None:
+    # the messages said "must be a finite number", leaving out 'auto'
+    with pytest.raises(ConfigError, match=match):
+        make()
