@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from typing import Protocol, runtime_checkable
 
+from flower_edge import validate
 from flower_edge.errors import ConfigError
 
 __all__ = ["Clock", "ManualClock", "VirtualClock", "WallClock"]
@@ -84,11 +85,11 @@ class ManualClock:
     Parameters
     ----------
     start : float (default: 0.0)
-        Initial reading in seconds.
+        Initial reading in seconds, finite and ``>= 0``.
     """
 
     def __init__(self, start: float = 0.0) -> None:
-        self._now = float(start)
+        self._now = validate.number("start", start, low=0.0)
 
     @property
     def is_virtual(self) -> bool:
@@ -127,14 +128,16 @@ class VirtualClock:
     Parameters
     ----------
     start : float (default: 0.0)
-        Initial virtual time in seconds.
+        Initial virtual time in seconds, finite and ``>= 0``.
     wall : Clock, optional
         Real clock for polling and real-time guards (default: a :class:`WallClock`; tests
         pass a :class:`ManualClock` so that waits cost nothing).
     """
 
     def __init__(self, start: float = 0.0, wall: Clock | None = None) -> None:
-        self._now = float(start)
+        self._now = validate.number("start", start, low=0.0)
+        if wall is not None and not isinstance(wall, Clock):
+            raise ConfigError(f"wall must be a strategies Clock, got {type(wall).__name__}")
         self.wall: Clock = WallClock() if wall is None else wall
 
     @property

@@ -59,7 +59,7 @@ from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 
-from flower_edge import wire
+from flower_edge import validate, wire
 from flower_edge.errors import ConfigError
 from strategies.clock import Clock
 
@@ -75,6 +75,31 @@ def _set_task_identity(run_id: int) -> None:
     TaskIdentity.task_id = 1
     TaskIdentity.run_id = run_id
     TaskIdentity.node_id = SUPERLINK_NODE_ID
+
+
+def _check_arguments(
+    app: object,
+    node_configs: object,
+    clock: object,
+    latency: object,
+    order: object,
+    run_id: object,
+    isolate: object,
+) -> None:
+    """Raise ConfigError naming the first argument of :class:`InProcessGrid` of a wrong type."""
+    if not callable(app):
+        raise ConfigError(f"app must be a ClientApp or a callable, got {type(app).__name__}")
+    if node_configs is not None and not isinstance(node_configs, Mapping):
+        raise ConfigError(
+            f"node_configs must map node ids to configs, got {type(node_configs).__name__}"
+        )
+    if clock is not None and not isinstance(clock, Clock):
+        raise ConfigError(f"clock must be a strategies Clock, got {type(clock).__name__}")
+    for name, fn in (("latency", latency), ("order", order)):
+        if fn is not None and not callable(fn):
+            raise ConfigError(f"{name} must be callable or None, got {type(fn).__name__}")
+    validate.integer("run_id", run_id, low=0, high=2**64 - 1)
+    validate.boolean("isolate", isolate)
 
 
 @dataclass
@@ -101,14 +126,18 @@ class InProcessGrid(Grid):
         run_id: int = 1,
         isolate: bool = True,
     ) -> None:
+        _check_arguments(app, node_configs, clock, latency, order, run_id, isolate)
         if node_ids is None:
-            if num_nodes is None or num_nodes < 1:
-                raise ConfigError(f"num_nodes must be >= 1, got {num_nodes}")
+            if num_nodes is None:
+                raise ConfigError("num_nodes must be an integer >= 1, got None")
+            validate.integer("num_nodes", num_nodes, low=1)
             node_ids = list(range(1001, 1001 + num_nodes))
         elif num_nodes is not None and num_nodes != len(node_ids):
             raise ConfigError(f"num_nodes ({num_nodes}) != len(node_ids) ({len(node_ids)})")
         if len(set(node_ids)) != len(node_ids) or not node_ids:
             raise ConfigError("node_ids must be a non-empty list of distinct integers")
+        for i, node in enumerate(node_ids):
+            validate.integer(f"node_ids[{i}]", node, low=1, high=2**64 - 1)
         if latency is not None and clock is None:
             raise ConfigError("latency needs a clock (e.g. a ManualClock shared with the loop)")
         self._node_ids = [int(n) for n in node_ids]

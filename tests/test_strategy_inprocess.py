@@ -9,7 +9,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 
 from flower_edge import wire
 from flower_edge.errors import ConfigError
-from strategies import InProcessGrid, ManualClock
+from strategies import InProcessGrid, ManualClock, VirtualClock
 
 
 def test_flowers_fedavg_runs_unchanged_on_the_in_process_grid() -> None:
@@ -88,15 +88,37 @@ def test_an_exception_in_the_app_becomes_an_error_reply() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"num_nodes": 0}, "num_nodes must be >= 1"),
+        ({"num_nodes": 0}, "num_nodes must be an integer >= 1, got 0"),
+        ({}, "num_nodes must be an integer >= 1, got None"),
         ({"node_ids": [1, 1]}, "distinct"),
         ({"num_nodes": 2, "node_ids": [5]}, r"num_nodes \(2\) != len\(node_ids\) \(1\)"),
         ({"num_nodes": 2, "latency": lambda n, m: 1.0}, "latency needs a clock"),
+        # each of these was a TypeError/AttributeError, or accepted and failed later
+        ({"num_nodes": 2.0}, "num_nodes must be an integer >= 1, got 2.0"),
+        ({"node_ids": [0, 5]}, r"node_ids\[0\] must be an integer in \[1, "),
+        ({"node_ids": ["a"]}, r"node_ids\[0\] must be an integer"),
+        ({"num_nodes": 2, "node_configs": [{}]}, "node_configs must map node ids to configs"),
+        ({"num_nodes": 2, "clock": "manual"}, "clock must be a strategies Clock, got str"),
+        ({"num_nodes": 2, "clock": ManualClock(), "latency": 3}, "latency must be callable"),
+        ({"num_nodes": 2, "order": "random"}, "order must be callable or None, got str"),
+        ({"num_nodes": 2, "run_id": -1}, "run_id must be an integer"),
+        ({"num_nodes": 2, "isolate": "no"}, "isolate must be a boolean"),
     ],
 )
 def test_invalid_grid_settings(kwargs: dict, match: str) -> None:  # type: ignore[type-arg]
     with pytest.raises(ConfigError, match=match):
         InProcessGrid(make_dropin_app(), **kwargs)
+
+
+def test_invalid_grid_app_and_clocks() -> None:
+    with pytest.raises(ConfigError, match="app must be a ClientApp or a callable, got NoneType"):
+        InProcessGrid(None, 2)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="start must be >= 0, got -1"):
+        ManualClock(-1)
+    with pytest.raises(ConfigError, match="start must be a finite number >= 0, got nan"):
+        VirtualClock(float("nan"))
+    with pytest.raises(ConfigError, match="wall must be a strategies Clock, got int"):
+        VirtualClock(wall=3)  # type: ignore[arg-type]
 
 
 def test_controls_name_unknown_nodes() -> None:
