@@ -9,6 +9,7 @@ happen any more: ``"stalled"``).
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from typing import Literal
 
@@ -87,27 +88,43 @@ class ConvergenceStop:
         return False
 
     def observe(self, metric: float | None) -> None:
-        """Take the test metric of a new global model (``None``: not evaluated)."""
+        """Take the test metric of a new global model (``None``: not evaluated).
+
+        A NaN metric counts as no improvement; it never becomes the best (a NaN best would
+        compare unequal to every later metric and call a plateau on an improving run).
+        """
         if metric is None:
             return
         stop = self.config
         if stop.target is not None and self.sign * (metric - stop.target) >= 0:
             self.stop(f"target {stop.target} reached ({metric})", "target")
             return
+        if math.isnan(metric):  # not an improvement, and never the best (it would stay best)
+            if self.best is not None:
+                self._no_improvement()
+            return
         self.recent.append(metric)
         if len(self.recent) < (self.recent.maxlen or 1):
             return  # the window is not full yet: no best, no plateau
         smoothed = sum(self.recent) / len(self.recent)
+        if math.isnan(smoothed):  # +inf and -inf in one window
+            if self.best is not None:
+                self._no_improvement()
+            return
         if self.best is None or self.sign * (smoothed - self.best) > stop.min_delta:
             self.best = smoothed
             self.since_best = 0
         else:
-            self.since_best += 1
-            if self.patience is not None and self.since_best >= self.patience:
-                size = len(self.recent)
-                over = "" if size == 1 else f" of the {size}-aggregation mean"
-                self.stop(
-                    f"plateau: no improvement > {stop.min_delta}{over} "
-                    f"in {self.patience} aggregations",
-                    "convergence",
-                )
+            self._no_improvement()
+
+    def _no_improvement(self) -> None:
+        """Count an aggregation without a new best; stop once the patience is used up."""
+        stop = self.config
+        self.since_best += 1
+        if self.patience is not None and self.since_best >= self.patience:
+            size = len(self.recent)
+            over = "" if size == 1 else f" of the {size}-aggregation mean"
+            self.stop(
+                f"plateau: no improvement > {stop.min_delta}{over} in {self.patience} aggregations",
+                "convergence",
+            )

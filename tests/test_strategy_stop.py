@@ -19,6 +19,7 @@ from strategies import (
     ValuationConfig,
     VirtualClock,
 )
+from strategies.convergence import ConvergenceStop
 
 EQUAL = ShareConfig(profile=False, total_samples=400, rebalance="off")
 
@@ -317,3 +318,36 @@ def test_a_stop_metric_that_evaluate_fn_lacks_is_an_error_before_any_message() -
     with pytest.raises(ConfigError, match=r"no metric 'f1' \(StopConfig metric_key\)"):
         strategy.start(grid, model(0.0), num_rounds=5, evaluate_fn=accuracy_fn())
     assert grid.pushed == []
+
+
+@pytest.mark.parametrize("higher_is_better", [True, False])
+def test_a_nan_metric_never_becomes_the_best(higher_is_better: bool) -> None:
+    # a NaN first metric was kept as the best: nothing compares above NaN, so an improving
+    # run was stopped as a plateau after `patience` aggregations
+    stop = ConvergenceStop(
+        StopConfig(patience=3), higher_is_better=higher_is_better, num_rounds=100, time_budget=None
+    )
+    step = 0.1 if higher_is_better else -0.1
+    stop.observe(float("nan"))
+    for i in range(1, 8):
+        stop.observe(1.0 + i * step)
+        assert stop.reason == ""
+    assert stop.best == pytest.approx(1.0 + 7 * step)
+    # a NaN after a best counts as no improvement (a diverged run still stops)
+    for _ in range(3):
+        stop.observe(float("nan"))
+    assert stop.kind == "convergence"
+
+
+def test_a_window_of_mixed_infinities_never_becomes_the_best() -> None:
+    stop = ConvergenceStop(
+        StopConfig(patience=2, window_passes=1.0),
+        higher_is_better=True,
+        num_rounds=100,
+        time_budget=None,
+    )
+    stop.size_for(nodes=2, per_aggregation=1)  # a window of two metrics
+    for metric in (float("inf"), float("-inf"), 0.5, 0.6, 0.7, 0.8):  # first mean: NaN
+        stop.observe(metric)
+    assert stop.reason == ""
+    assert stop.best == pytest.approx(0.75)
