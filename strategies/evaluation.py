@@ -9,6 +9,7 @@ the first-order estimate from one gradient. A failed valuation falls back to equ
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from logging import WARNING
 from typing import TYPE_CHECKING, NamedTuple
@@ -148,8 +149,8 @@ class ServerEvaluation:
             )
             return None, None
         sign = 1.0 if self.config.higher_is_better else -1.0
-        best = max(range(len(without)), key=lambda i: sign * without[i])
-        return (best if sign * without[best] > sign * full else None), without
+        best = max(range(len(without)), key=lambda i: _score(sign, without[i]))
+        return (best if _score(sign, without[best]) > _score(sign, full) else None), without
 
     def valuate(
         self,
@@ -244,6 +245,11 @@ def evaluate_served(
     return serve_better_of(loop, rnd, served, own, None), own
 
 
+def _score(sign: float, metric: float) -> float:
+    """Return ``sign * metric``, higher is better; a NaN metric (a diverged model) is worst."""
+    return -math.inf if math.isnan(metric) else sign * metric
+
+
 def serve_better_of(
     loop: EventLoop,
     rnd: int,
@@ -265,7 +271,7 @@ def serve_better_of(
         glob = evaluation.evaluate(rnd, loop.global_arrays)
     g = evaluation.metric(glob) if glob is not None else glob_metric
     sign = 1.0 if evaluation.config.higher_is_better else -1.0
-    if g is None or not sign * g > sign * a:
+    if g is None or not _score(sign, g) > _score(sign, a):
         return average
     loop.served = list(loop.global_arrays)
     loop.serving_global = True

@@ -6,12 +6,17 @@ scored with the same ``evaluate_fn``.
 
 from __future__ import annotations
 
+import math
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from conftest import EQUAL, ToyEdge, accuracy_fn, as_numpy, flwr_logs, model, virtual
+from flwr.app import ArrayRecord, MetricRecord
 
 from flower_edge.errors import ConfigError
 from strategies import EdgeStrategy, ValuationConfig
+from strategies.evaluation import ServerEvaluation, serve_better_of
 from strategies.inprocess import InProcessGrid
 
 
@@ -104,3 +109,52 @@ def test_a_loss_metric_drops_the_update_that_raises_it() -> None:
 def test_bad_settings_are_refused(options: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         ValuationConfig(**options)  # type: ignore[arg-type]
+
+
+def test_a_nan_full_aggregate_drops_the_update_whose_removal_scores() -> None:
+    # the full aggregate (mean 1.5) and the model without the 1.5-update score a NaN loss,
+    # as a diverged model does; NaN compared below nothing, so nothing was dropped
+    def evaluate(_: int, arrays: ArrayRecord) -> MetricRecord:
+        mean = float(arrays["w"].numpy().astype(np.float64).mean())
+        return MetricRecord({"loss": math.nan if abs(mean - 1.5) < 1e-6 else abs(mean - 1.0)})
+
+    strategy = EdgeStrategy(
+        threshold=2,
+        clock=virtual(),
+        shares=EQUAL,
+        decay="constant",
+        valuation=ValuationConfig(metric_key="loss", higher_is_better=False, drop_worst=True),
+    )
+    result = strategy.start(
+        InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=1, evaluate_fn=evaluate
+    )
+    record = strategy.history[0]
+    dropped = [i for i, w in enumerate(record.weights) if w == 0.0]
+    assert len(dropped) == 1
+    kept = [w for w in as_numpy(result.arrays)[0].astype(np.float64)]
+    assert np.allclose(kept, 1.25)  # without the 2.0-update: loss 0.25, the best
+
+
+@pytest.mark.parametrize("higher_is_better", [True, False])
+def test_serve_better_serves_the_global_model_when_the_average_scores_nan(
+    higher_is_better: bool,
+) -> None:
+    evaluation = ServerEvaluation(
+        None,
+        ("w",),
+        ValuationConfig(metric_key="m", higher_is_better=higher_is_better),
+        enabled=True,
+        name="edge",
+    )
+    loop = SimpleNamespace(
+        evaluation=evaluation, global_arrays=[np.ones(2)], served=None, serving_global=False
+    )
+    glob = MetricRecord({"m": 0.5})
+    out = serve_better_of(loop, 1, MetricRecord({"m": math.nan}), glob, None)  # type: ignore[arg-type]
+    assert out is glob
+    assert loop.serving_global
+    # and the reverse: a NaN global model never wins over a scored average
+    loop.serving_global = False
+    average = MetricRecord({"m": 0.5})
+    assert serve_better_of(loop, 1, average, MetricRecord({"m": math.nan}), None) is average  # type: ignore[arg-type]
+    assert not loop.serving_global
