@@ -19,6 +19,7 @@ from flower_edge.allocation import TimeModel, fit_time_model, initial_shares, re
 from flower_edge.decision import decide, derive_theta, linear_resources
 from flower_edge.errors import InputError
 from flower_edge.operators import _profile
+from flower_edge.profiling.report import WorkloadResult, execution_intensity
 from flower_edge.radar import match_ratios
 from flower_edge.valuation import values_from_contributions
 
@@ -164,3 +165,12 @@ def test_operator_classification_against_exact_arithmetic() -> None:
         expected = ["compute" if Fraction(float(v)) * n > total else "memory" for v in values]
         assert [o.kind for o in profile.operators] == expected
         assert profile.compute_share == expected.count("compute") / n
+
+
+def test_execution_intensity_names_a_time_too_short_for_a_float() -> None:
+    # seed formula 3 at a subnormal time: was "intensity must be a finite number in [0, inf]"
+    with pytest.raises(InputError, match=r"seconds=1e-320 is too short for 10 samples"):
+        WorkloadResult.measured("cpu-matmul", 10, 1e-320, 0.5)
+    with pytest.raises(InputError, match="overflows a float"):
+        execution_intensity(10**12, 5e-324)
+    assert execution_intensity(10, 1e-300) == pytest.approx(1e301)

@@ -103,11 +103,18 @@ def execution_intensity(capacity: int, seconds: float) -> float:
     Raises
     ------
     InputError
-        When ``capacity`` is not a positive integer or ``seconds`` is not finite and positive.
+        When ``capacity`` is not a positive integer, ``seconds`` is not finite and positive,
+        or the ratio overflows a float.
     """
     _check_int("capacity", capacity, 1, MAX_SAMPLES)
     _check_float("seconds", seconds, 0.0, MAX_SECONDS, low_open=True)
-    return capacity / float(seconds)
+    intensity = capacity / float(seconds)
+    if not math.isfinite(intensity):  # a subnormal time: capacity / seconds overflows
+        raise InputError(
+            f"seconds={seconds!r} is too short for {capacity} samples: capacity / seconds "
+            "overflows a float (seed formula 3)"
+        )
+    return intensity
 
 
 def resource_evaluation(workloads: Sequence[WorkloadResult]) -> float:
