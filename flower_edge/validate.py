@@ -185,7 +185,10 @@ def number(
     kind = "a finite number" if finite else "a number"
     if isinstance(value, bool) or not isinstance(value, Real):
         raise error(f"{_with_range(f'{name} must be {kind}', bounds)}, got {value!r}")
-    out = float(value)
+    try:
+        out = float(value)
+    except OverflowError:  # an int beyond the float range counts as infinite
+        out = math.inf if value > 0 else -math.inf  # type: ignore[operator]  # an int
     if math.isnan(out) or (finite and not math.isfinite(out)):
         raise error(f"{_with_range(f'{name} must be {kind}', bounds)}, got {value!r}")
     if not _inside(out, low, high, low_inclusive, high_inclusive):

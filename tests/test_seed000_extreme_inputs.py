@@ -19,7 +19,12 @@ from flower_edge.allocation import TimeModel, fit_time_model, initial_shares, re
 from flower_edge.decision import decide, derive_theta, linear_resources
 from flower_edge.errors import InputError
 from flower_edge.operators import _profile
-from flower_edge.profiling.report import WorkloadResult, execution_intensity
+from flower_edge.profiling.report import (
+    ResourceReport,
+    WorkloadResult,
+    execution_intensity,
+    resource_evaluation,
+)
 from flower_edge.radar import match_ratios
 from flower_edge.valuation import values_from_contributions
 
@@ -174,3 +179,21 @@ def test_execution_intensity_names_a_time_too_short_for_a_float() -> None:
     with pytest.raises(InputError, match="overflows a float"):
         execution_intensity(10**12, 5e-324)
     assert execution_intensity(10, 1e-300) == pytest.approx(1e301)
+
+
+def test_resource_evaluation_near_the_largest_float() -> None:
+    # seed formula 4 summed before dividing: OverflowError, which a server parsing a
+    # client's profile report did not catch as a bad reply
+    big = [
+        WorkloadResult.measured("cpu-a", 10**12, 1e-296, 1.0),
+        WorkloadResult.measured("cpu-b", 10**12, 1e-296, 1.0),
+    ]
+    assert resource_evaluation(big) == pytest.approx(1e308)
+    assert ResourceReport.from_workloads(big).evaluation == pytest.approx(1e308)
+    small = [
+        WorkloadResult.measured("a", 30, 0.7, 0.3),
+        WorkloadResult.measured("b", 7, 0.1, 0.9),
+        WorkloadResult.measured("c", 3, 0.3, 0.1),
+    ]
+    brute = (0.3 * 30 / 0.7 + 0.9 * 7 / 0.1 + 0.1 * 3 / 0.3) / 3
+    assert resource_evaluation(small) == pytest.approx(brute, rel=1e-15)

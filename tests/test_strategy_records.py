@@ -68,3 +68,25 @@ def test_report_with_nan_is_rejected_naming_the_field() -> None:
     msg.content[wire.PROFILE][wire.PROFILE_REPORT] = bad
     with pytest.raises(InputError, match="NaN"):
         parse_profile_reply(msg)
+
+
+def test_report_with_a_huge_int_is_rejected_not_an_overflow() -> None:
+    # float(10**400) raised OverflowError out of the reply parser (not a rejected reply)
+    report = _report(20.0)
+    bad = report.to_json().replace('"utilization": 0.5', '"utilization": 1' + "0" * 400, 1)
+    msg = _reply(report)
+    msg.content[wire.PROFILE][wire.PROFILE_REPORT] = bad
+    with pytest.raises(InputError, match="utilization must be a finite number in"):
+        parse_profile_reply(msg)
+
+
+def test_report_of_workloads_near_the_largest_float_parses() -> None:
+    # seed formula 4 summed the terms before dividing: OverflowError out of the parser
+    def res() -> ResourceReport:
+        work = [WorkloadResult.measured(f"w{n}", 10**12, 1e-296, 1.0) for n in (1, 2)]
+        return ResourceReport.from_workloads(work)
+
+    report = _report(20.0)
+    huge = ProfileReport(report.host, {**report.resources, "cpu": res()}, "quick", 1.0)
+    parsed = parse_profile_reply(_reply(huge))
+    assert parsed.evaluations[0] == pytest.approx(1e308)

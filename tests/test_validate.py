@@ -261,3 +261,17 @@ def test_importing_validate_does_not_import_numpy() -> None:
     code = "import sys, flower_edge.validate; print('numpy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_an_int_beyond_the_float_range_is_out_of_range_not_an_overflow() -> None:
+    # float(10**400) raised OverflowError, e.g. from a client's profile report
+    huge = 10**400
+    with pytest.raises(ConfigError, match="x must be a finite number, got 1000"):
+        number("x", huge)
+    with pytest.raises(InputError, match=r"x must be a finite number in \[0, 1\]"):
+        probability("x", -huge, error=InputError)
+    with pytest.raises(ConfigError, match=r"x\[1\] must be a finite number"):
+        numbers("x", [1, huge])
+    assert number("x", huge, finite=False) == math.inf
+    with pytest.raises(ConfigError, match="x must be >= 0"):
+        number("x", -huge, finite=False, low=0)

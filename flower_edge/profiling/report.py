@@ -133,7 +133,9 @@ def resource_evaluation(workloads: Sequence[WorkloadResult]) -> float:
     """
     if len(workloads) == 0:
         return 0.0
-    return math.fsum(w.utilization * w.intensity for w in workloads) / len(workloads)
+    n = len(workloads)
+    # each term divided first: the sum of terms near the largest float cannot overflow
+    return math.fsum(w.utilization * w.intensity / n for w in workloads)
 
 
 # ---------------------------------------------------------------- validation helpers
