@@ -478,7 +478,7 @@ class RunState:
                     int(r): dict(m) for r, m in data.get("client_evaluate_metrics", {}).items()
                 },
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (AttributeError, KeyError, OverflowError, TypeError, ValueError) as exc:
             raise InputError(
                 f"checkpoint state is malformed: {type(exc).__name__}: {exc}"
             ) from None

@@ -16,8 +16,9 @@ from conftest import accuracy_fn, virtual
 from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from flower_edge.errors import ConfigError
+from flower_edge.errors import ConfigError, InputError
 from strategies import CheckpointStore, EdgeStrategy, InProcessGrid, ShareConfig
+from strategies.checkpoint import RunState
 from strategies.resume import conform_arrays
 
 
@@ -116,3 +117,30 @@ def test_conform_arrays_reads_0d_arrays_of_older_checkpoints() -> None:
     # the moving average is float64 whatever the model's dtypes: shapes only
     average = conform_arrays([old[0], np.ones(2)], model, ["count", "w"], "ckpt", same_dtypes=False)
     assert average[1].dtype == np.float64
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("values", []), ("nodes", [1]), ("train_metrics", []), ("version", float("inf"))],
+)
+def test_a_malformed_state_is_an_input_error(field: str, value: object) -> None:
+    # these were AttributeError / OverflowError out of RunState.from_json
+    good: dict[str, Any] = {
+        "strategy": "edge",
+        "version": 1,
+        "clock": 0.0,
+        "elapsed": 0.0,
+        "jobs": 3,
+        "best": None,
+        "since_best": 0,
+        "abandoned_total": 0,
+        "values": {},
+        "last_values": [0, [], []],
+        "nodes": {},
+        "history": [],
+        "train_metrics": {},
+        "evaluate_metrics": {},
+    }
+    assert RunState.from_json(good).version == 1
+    with pytest.raises(InputError, match="checkpoint state is malformed"):
+        RunState.from_json({**good, field: value})
