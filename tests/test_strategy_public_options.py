@@ -147,3 +147,11 @@ def test_a_wrong_string_names_the_allowed_word(make: Callable[[], object], match
     # the messages said "must be a finite number", leaving out 'auto'
     with pytest.raises(ConfigError, match=match):
         make()
+
+
+def test_min_nodes_defaults_are_the_documented_ones() -> None:
+    # docs/strategy.md, Options: "K + 1 (FedBuff: K; FedAsync: 1)"
+    assert EdgeStrategy(3).min_nodes() == 4
+    assert FedBuff(3).min_nodes() == 3
+    assert FedAsync().min_nodes() == 1
+    assert FedBuff(3, loop=LoopConfig(min_nodes=7)).min_nodes() == 7
