@@ -95,6 +95,13 @@ class FedBuff(_WithoutValues):
         """Describe the trigger."""
         return f">= K = {self.threshold}"
 
+    def summary_lines(self) -> list[str]:
+        """Return FedBuff's update rule and server learning rate for ``summary()``."""
+        return [
+            f"update: x + server_lr * (1/K) sum_i (x_i - x_base_i) / sqrt(1 + staleness_i), "
+            f"server_lr {self.server_lr:g} (the decay above is not used)"
+        ]
+
     def combine(
         self,
         global_arrays: list[NDArray],
@@ -178,6 +185,15 @@ class FedAsync(_WithoutValues):
     def trigger_text(self) -> str:
         """Describe the trigger."""
         return ">= 1 (every update)"
+
+    def summary_lines(self) -> list[str]:
+        """Return FedAsync's mixing rule and its settings for ``summary()``."""
+        params = {"polynomial": f", a {self.a:g}", "hinge": f", a {self.a:g}, b {self.b:g}"}
+        return [
+            f"update: (1 - alpha_t) x + alpha_t x_i, alpha_t = alpha * s(staleness); alpha "
+            f"{self.alpha:g}, s {self.staleness_fn}{params.get(self.staleness_fn, '')} "
+            "(the decay above is not used)"
+        ]
 
     def combine(
         self,

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from conftest import ToyEdge, accuracy_fn, model, virtual
+from conftest import ToyEdge, accuracy_fn, flwr_logs, model, virtual
 from flwr.app import MessageType
 from torch.utils.data import TensorDataset
 
@@ -155,3 +155,12 @@ def test_min_nodes_defaults_are_the_documented_ones() -> None:
     assert FedBuff(3).min_nodes() == 3
     assert FedAsync().min_nodes() == 1
     assert FedBuff(3, loop=LoopConfig(min_nodes=7)).min_nodes() == 7
+
+
+def test_baseline_summaries_name_their_own_settings() -> None:
+    # summary() logged only the unused decay: not FedAsync's alpha and s, nor FedBuff's lr
+    with flwr_logs() as logs:
+        FedAsync(alpha=0.9, staleness_fn="hinge", a=10.0).summary()
+        FedBuff(3, server_lr=0.3).summary()
+    assert "alpha 0.9, s hinge, a 10, b 4" in logs.text
+    assert "/ sqrt(1 + staleness_i), server_lr 0.3" in logs.text
