@@ -118,6 +118,8 @@ def build_parser(
         module.add_parser(sub)
     for command, reason in missing.items():
         _add_unavailable(sub, command, reason)
+    for sub_parser in sub.choices.values():  # main() reports stray arguments with its usage
+        sub_parser.set_defaults(command_parser=sub_parser)
     return parser
 
 
@@ -126,7 +128,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra and not getattr(args, "takes_any_arguments", False):
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")  # as parse_args does
+        # as parse_args does, but with the sub-command's usage (found by a new-user probe:
+        # `simulate --bogus` printed the top-level usage, which lists no option)
+        command_parser: argparse.ArgumentParser = getattr(args, "command_parser", parser)
+        command_parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         code: int = args.run(args)
     except KeyboardInterrupt:

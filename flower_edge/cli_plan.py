@@ -10,7 +10,7 @@ Profiles FILE
     "capacity": int}]}`` (``capacity`` optional; a missing resource counts as 0), or a list of
     ``flower-edge profile --json`` outputs each with an added ``"id"`` (and optional
     ``"capacity"``), whose ``resources.<r>.evaluation`` are used. A node entry may also
-    hold its profile under ``"profile"``.
+    hold its profile under ``"profile"``. Any other key of a node entry is bad input.
 
 Observations FILE and time models
     ``{"<id>": [[load, seconds], ...]}``. Each node's time model ``T = k * f + b`` is fitted
@@ -36,15 +36,17 @@ The radar plot (``--plot``) belongs to the upper layer (``simulations.plots.plot
 matplotlib); this module finds it through the entry-point group :data:`PLOTS_GROUP`, so
 ``plan`` works without it, and ``--plot`` without it is bad input.
 
-Exit codes: 0 success, 2 bad input (unreadable or malformed file, duplicate ids, unknown
-model, a factory that raises, an input shape or dtype that does not fit, F < 0, capacities that
-cannot hold F, ``--max-rows`` < 0, ``--plot`` where the radar plot or matplotlib is not installed,
-or a ``--plot`` path that is a folder, in a missing or unwritable folder, or cannot be written).
+Exit codes: 0 success, 2 bad input (unreadable or malformed file, duplicate ids, an unknown
+key in a node entry, unknown model, a factory that raises, an input shape or dtype that does
+not fit, F < 0, capacities that cannot hold F, ``--max-rows`` < 0, ``--plot`` where the radar
+plot or matplotlib is not installed, or a ``--plot`` path that is a folder, in a missing or
+unwritable folder, or cannot be written).
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import importlib.util
 import json
@@ -201,6 +203,26 @@ def _resources(entry: Mapping[str, Any], where: str) -> list[float]:
     return out
 
 
+#: the keys of a node entry: its own, and those of a ``profile --json`` report
+_NODE_KEYS = ("id", "resources", "capacity", "profile", "host", "mode", "elapsed_seconds")
+
+
+def _check_node_keys(entry: Mapping[str, Any], where: str) -> None:
+    """Reject a node entry's unknown keys (a misspelt ``capacity`` would drop the node's cap).
+
+    Found by a new-user probe: ``{"id": "a", "capcity": 500, ...}`` planned the node with no
+    capacity at all, without a word.
+    """
+    unknown = sorted(map(str, set(entry) - set(_NODE_KEYS)))
+    if unknown:
+        close = [m for k in unknown for m in difflib.get_close_matches(k, _NODE_KEYS, n=1)]
+        hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
+        raise InputError(
+            f"{where} has unknown keys {unknown}{hint}; allowed: {_NODE_KEYS} (the last three "
+            "are those of a `flower-edge profile --json` report)"
+        )
+
+
 def read_profiles(data: Any) -> tuple[list[str], list[list[float]], list[int | None]]:
     """Parse a profiles document into node ids, evaluations (n, 4) and capacities.
 
@@ -228,6 +250,7 @@ def read_profiles(data: Any) -> tuple[list[str], list[list[float]], list[int | N
         where = f"nodes[{i}]"
         if not isinstance(entry, Mapping):
             raise InputError(f"{where} must be an object, got {type(entry).__name__}")
+        _check_node_keys(entry, where)
         node_id = entry.get("id")
         if not isinstance(node_id, str | int) or isinstance(node_id, bool) or node_id == "":
             raise InputError(
