@@ -19,14 +19,16 @@ out="certificates"
 nodes=4
 bits=4096
 sans=()
-case "${1:-}" in --help) sed -n '2,16p' "$0"; exit 0 ;; esac
+# the comment above, without its '# ' marks (it ends at the first line that is not a comment)
+usage() { sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p;}' "$0"; }
+case "${1:-}" in --help) usage; exit 0 ;; esac
 while getopts "o:n:s:b:h" opt; do
   case "$opt" in
     o) out="$OPTARG" ;;
     n) nodes="$OPTARG" ;;
     s) sans+=("$OPTARG") ;;
     b) bits="$OPTARG" ;;
-    h) sed -n '2,16p' "$0"; exit 0 ;;
+    h) usage; exit 0 ;;
     *) echo "usage: $0 [-o OUTDIR] [-n NUM_SUPERNODES] [-s EXTRA_SAN]... [-b BITS]" >&2; exit 2 ;;
   esac
 done

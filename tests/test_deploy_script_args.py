@@ -56,6 +56,13 @@ def test_gen_certs_help_prints_the_usage_and_exits_0() -> None:
         done = _run("gen-certs.sh", flag)
         assert done.returncode == 0
         assert "-o OUTDIR" in done.stdout
+        # found by a new-user probe: the help was the script's raw comment lines, '# '
+        # marks and all, followed by its first line of code ('set -euo pipefail')
+        lines = done.stdout.splitlines()
+        assert lines[0].startswith("Generate development TLS certificates"), done.stdout
+        assert any(line.startswith("Usage: deploy/gen-certs.sh [-o OUTDIR]") for line in lines)
+        assert not [line for line in lines if line.startswith("#") or "set -e" in line]
+        assert lines[-1].startswith("For prototyping only")
 
 
 def test_a_database_folder_that_cannot_be_made_exits_2() -> None:
