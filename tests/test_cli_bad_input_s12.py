@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -75,3 +77,40 @@ def test_plan_still_reads_profile_reports_with_ids(
     assert main(plan_argv(str(path), "--json")) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [n["samples"] for n in doc["nodes"]] == [93, 7]
+
+
+# ---------------------------------------------------------------- docs: the stop lines
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "simulations.md"
+
+
+def _docs_text() -> str:
+    return " ".join(DOCS.read_text(encoding="utf-8").split())  # lines joined
+
+
+def test_the_docs_quote_only_stop_lines_that_the_table_prints() -> None:
+    """The docs quoted ``stopped by its round budget after 40 of 40`` as a line of the table,
+    which prints a stop line only for a run that ended before its budget."""
+    from simulations.report import HistoryPoint, RunResult, summary_table
+
+    history = tuple(HistoryPoint(float(i), i, 0.5, 5, 0.0) for i in range(41))
+    full = RunResult("digits-20", "edge", 0, 20, 0.9, 0.5, 40, 0, 0.0, 1.0, history)
+    assert full.rounds_requested == 0  # the default: set it to the budget it used
+    assert "stopped by" not in summary_table([replace(full, rounds_requested=40)])
+    quoted = re.findall(r"stopped by ([a-z ]+?) after \d+ of \d+", _docs_text())
+    assert quoted, "the docs quote no stop line"
+    assert "its round budget" not in quoted
+
+
+@pytest.mark.slow
+def test_the_docs_say_when_edge_stops_on_its_plateau() -> None:
+    """The docs said ``--strategy edge --rounds 1000`` ends after 119 aggregations; at this
+    code it ends after 202 (in process; the same history as on Ray). About 25 s of CPU."""
+    from simulations.app import SimSettings
+    from simulations.runner import run_experiment
+
+    settings = SimSettings.create("digits-20", "edge", seed=0, rounds=1000)
+    result = run_experiment(settings, engine="inprocess")
+    assert result.stopped == "convergence"
+    text = _docs_text()
+    assert f"--rounds 1000` on digits-20 ends after {result.rounds} aggregations" in text
+    assert f"stopped by the convergence stop after {result.rounds} of 1000 aggregations" in text
