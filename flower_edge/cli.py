@@ -12,7 +12,8 @@ flwr) is listed as unavailable, and running it says why (exit code 2); the core 
 working.
 
 Exit codes: 0 success, 1 the run failed, 2 bad input (usage, invalid option or file, a command
-that is not available here), 130 interrupted (Ctrl-C).
+that is not available here), 130 interrupted (Ctrl-C), 141 stdout closed early (``... | head``;
+:func:`console_main`).
 """
 
 from __future__ import annotations

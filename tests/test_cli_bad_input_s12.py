@@ -114,3 +114,18 @@ def test_the_docs_say_when_edge_stops_on_its_plateau() -> None:
     text = _docs_text()
     assert f"--rounds 1000` on digits-20 ends after {result.rounds} aggregations" in text
     assert f"stopped by the convergence stop after {result.rounds} of 1000 aggregations" in text
+
+
+# ---------------------------------------------------------------- exit codes
+def test_the_readme_lists_every_exit_code_of_the_command() -> None:
+    """The README listed 0, 1, 2 and 130; a closed stdout (``... | head``) exits with 141."""
+    import flower_edge.cli
+
+    readme = " ".join((DOCS.parents[1] / "README.md").read_text(encoding="utf-8").split())
+    (sentence,) = re.findall(r"Exit codes: ([^.]*)\.", readme)
+    listed = {int(code) for code in re.findall(r"\b(\d+) [a-z]", sentence)}
+    assert listed == {0, 1, 2, 130, 141}, sentence
+    assert flower_edge.cli._quiet_broken_pipe.__doc__ is not None
+    assert "return 141" in flower_edge.cli._quiet_broken_pipe.__doc__
+    doc = flower_edge.cli.__doc__ or ""
+    assert all(f"{code} " in doc for code in listed)
