@@ -129,3 +129,19 @@ def test_the_readme_lists_every_exit_code_of_the_command() -> None:
     assert "return 141" in flower_edge.cli._quiet_broken_pipe.__doc__
     doc = flower_edge.cli.__doc__ or ""
     assert all(f"{code} " in doc for code in listed)
+
+
+# ---------------------------------------------------------------- the table's accuracy
+@pytest.mark.parametrize(
+    ("final", "shown"), [(0.8997214484679665, "0.899"), (0.123, "0.123"), (0.9, "0.900")]
+)
+def test_the_table_never_shows_an_unreached_target_as_reached(final: float, shown: str) -> None:
+    """digits-20 on 5 clients, FedAvg, 3 rounds: final accuracy 0.8997 was shown as
+    ``0.900`` beside the target 0.90 and a ``t->target`` of ``-`` (never reached)."""
+    from simulations.report import HistoryPoint, RunResult, summary_table
+
+    history = (HistoryPoint(0.0, 0, 0.1, 0, 0.0), HistoryPoint(25.1, 3, final, 5, 0.0))
+    run = RunResult("digits-20", "fedavg", 0, 5, 0.9, final, 3, 0, 0.0, 0.3, history)
+    row = summary_table([replace(run, rounds_requested=3)]).splitlines()[2].split()
+    assert row[:4] == ["fedavg", "0", "3", shown]
+    assert row[4] == ("25.1" if final >= 0.9 else "-")
