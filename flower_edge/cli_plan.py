@@ -36,11 +36,12 @@ The radar plot (``--plot``) belongs to the upper layer (``simulations.plots.plot
 matplotlib); this module finds it through the entry-point group :data:`PLOTS_GROUP`, so
 ``plan`` works without it, and ``--plot`` without it is bad input.
 
-Exit codes: 0 success, 2 bad input (unreadable or malformed file, duplicate ids, an unknown
-key in a node entry, unknown model, a factory that raises, an input shape or dtype that does
-not fit, F < 0, capacities that cannot hold F, ``--max-rows`` < 0, ``--plot`` where the radar
-plot or matplotlib is not installed, or a ``--plot`` path that is a folder, in a missing or
-unwritable folder, or cannot be written).
+Exit codes: 0 success, 2 bad input (unreadable or malformed file, duplicate ids, an unknown key
+in a node entry, both or neither of ``--model`` and ``--compute-share``, an option of the
+model's analysis such as ``--input-shape`` with ``--compute-share``, unknown model, a factory
+that raises, an input shape or dtype that does not fit, F < 0, capacities that cannot hold F,
+``--max-rows`` < 0, ``--plot`` where the radar plot or matplotlib is not installed, or a
+``--plot`` path that is a folder, in a missing or unwritable folder, or cannot be written).
 """
 
 from __future__ import annotations
@@ -440,6 +441,26 @@ def _compute_share(args: argparse.Namespace) -> float:
         raise InputError("give exactly one of --model (with --input-shape) or --compute-share")
     if args.model is not None:
         return analyze_args(args, args.model).compute_share
+    # the options of the model's analysis mean nothing without a model (found by a new-user
+    # probe: `--compute-share 0.5 --input-shape 3,4` planned silently, the shape unused)
+    model_only = [
+        option
+        for option, given in (
+            ("--input-shape", args.input_shape is not None),
+            ("--input-dtype", args.input_dtype != "float32"),
+            ("--model-kwargs", args.model_kwargs is not None),
+            ("--share", args.share != "count"),
+            ("--forward-only", args.forward_only),
+            ("--execute", args.execute),
+        )
+        if given
+    ]
+    if model_only:
+        raise InputError(
+            f"{', '.join(model_only)} describe{'s' if len(model_only) == 1 else ''} the "
+            "analysis of --model; with --compute-share there is no model to analyse: leave "
+            f"{'it' if len(model_only) == 1 else 'them'} out, or give --model instead"
+        )
     share = validate.from_text(args.compute_share, float)
     return validate.probability("--compute-share", share, error=InputError)
 

@@ -145,3 +145,30 @@ def test_the_table_never_shows_an_unreached_target_as_reached(final: float, show
     row = summary_table([replace(run, rounds_requested=3)]).splitlines()[2].split()
     assert row[:4] == ["fedavg", "0", "3", shown]
     assert row[4] == ("25.1" if final >= 0.9 else "-")
+
+
+# ---------------------------------------------------------------- plan: conflicting options
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (["--input-shape", "3,4"], "--input-shape describes"),
+        (["--model-kwargs", '{"hidden": 3}'], "--model-kwargs describes"),
+        (["--input-dtype", "int64"], "--input-dtype describes"),
+        (["--execute", "--share", "flops"], "--share, --execute describe"),
+        (["--forward-only"], "--forward-only describes"),
+    ],
+)
+def test_plan_rejects_the_models_options_beside_a_compute_share(
+    profiles: str, extra: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--compute-share 0.5 --input-shape 3,4`` planned without a word, the shape unused."""
+    fails(plan_argv(profiles, *extra), capsys, named, "with --compute-share")
+
+
+def test_plan_takes_the_models_options_with_a_model(
+    profiles: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["plan", "--profiles", profiles, "--total-samples", "100", "--model", "mlp"]
+    extra = ["--input-shape", "4,64", "--model-kwargs", '{"hidden": 8}', "--share", "flops"]
+    assert main([*argv, *extra, "--forward-only", "--json"]) == 0
+    assert 0.0 < json.loads(capsys.readouterr().out)["compute_share"] < 1.0
