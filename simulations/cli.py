@@ -2,10 +2,11 @@
 
 Usage::
 
-    flower-edge simulate [--scenario NAME] [--strategy edge|fedavg|fedbuff|fedasync|all]
-                         [--clients N] [--seed S] [--rounds R] [--heterogeneity H]
-                         [--threshold K] [--out DIR] [--json] [--engine ray|inprocess]
-                         [--cpus N] [--ray-address ADDR] [--list] [--verbose]
+    flower-edge simulate [--scenario NAME]
+                         [--strategy edge|edge-seed|fedavg|fedbuff|fedasync|all] [--clients N]
+                         [--seed S] [--rounds R] [--heterogeneity H] [--threshold K] [--out DIR]
+                         [--json] [--engine ray|inprocess] [--cpus N] [--ray-address ADDR]
+                         [--list] [--verbose]
 
 Without ``--json`` it prints a summary table and writes the JSON and the plots into ``--out``
 (default ``runs/<scenario>-<UTC timestamp>/``). With ``--json`` only the JSON contract of

@@ -172,3 +172,13 @@ def test_plan_takes_the_models_options_with_a_model(
     extra = ["--input-shape", "4,64", "--model-kwargs", '{"hidden": 8}', "--share", "flops"]
     assert main([*argv, *extra, "--forward-only", "--json"]) == 0
     assert 0.0 < json.loads(capsys.readouterr().out)["compute_share"] < 1.0
+
+
+def test_the_simulate_usage_names_every_strategy() -> None:
+    """The module's usage listed ``edge|fedavg|fedbuff|fedasync|all``, without ``edge-seed``."""
+    import simulations.cli
+    from simulations.scenarios import STRATEGIES
+
+    usage = re.search(r"--strategy ([a-z|-]+)\]", simulations.cli.__doc__ or "")
+    assert usage is not None
+    assert usage.group(1).split("|") == [*STRATEGIES, "all"]
