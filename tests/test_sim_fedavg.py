@@ -38,3 +38,32 @@ def test_round_time_is_the_slowest_client() -> None:
     assert clock.now() == 15.0
     assert strategy.round_participants == {1: 3, 2: 3}
     assert sorted(seen) == [(1, 0.0)] * 3 + [(2, 5.0)] * 3  # round 2 starts at 5 s
+
+
+def test_no_warning_that_federated_evaluation_is_skipped() -> None:
+    """Found by a new-user probe: every run of FedAvg printed Flower's coloured ``WARNING:
+    fraction_evaluate is set to 0.0. Federated evaluation will be skipped.``, which the
+    simulations choose on purpose (the server evaluates centrally)."""
+    import logging
+
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = Keep(logging.DEBUG)
+    flwr_logger = logging.getLogger("flwr")
+    level = flwr_logger.level
+    flwr_logger.addHandler(handler)
+    flwr_logger.setLevel(logging.INFO)
+    try:
+        VirtualFedAvg(VirtualClock(), fraction_evaluate=0.0)
+        VirtualFedAvg(VirtualClock(), fraction_train=0.0)  # other warnings stay
+    finally:
+        flwr_logger.removeHandler(handler)
+        flwr_logger.setLevel(level)
+    warnings = [r.getMessage() for r in records if r.levelno >= logging.WARNING]
+    assert warnings == ["fraction_train is set to 0.0. Federated training will be skipped."]
+    infos = [r.getMessage() for r in records if r.levelno == logging.INFO]
+    assert "fraction_evaluate=0.0: no federated evaluation, the server evaluates" in infos
