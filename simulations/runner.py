@@ -149,21 +149,39 @@ def _run_ray(
     server = make_server_app(settings, sink=results.append, progress=progress)
     client = make_client_app(settings)
     config = _backend_config(cpus, client_num_cpus, ray_init_args)
+    flwr_logger = logging.getLogger("flwr")
+    flwr_logger.addFilter(_drop_run_simulation_deprecation)
     with warnings.catch_warnings(), quick_engine_poll():
         warnings.simplefilter("ignore", FutureWarning)  # Ray's accelerator notice
-        run_simulation(
-            server_app=server,
-            client_app=client,
-            num_supernodes=settings.scenario.num_clients,
-            backend_name="ray",
-            backend_config=config,
-        )
+        try:
+            run_simulation(
+                server_app=server,
+                client_app=client,
+                num_supernodes=settings.scenario.num_clients,
+                backend_name="ray",
+                backend_config=config,
+            )
+        finally:
+            flwr_logger.removeFilter(_drop_run_simulation_deprecation)
     if not results:
         raise FlowerEdgeError(
             f"simulation {settings.scenario.name}/{settings.strategy} ended without a result "
             "(see the log above)"
         )
     return results[0]
+
+
+def _drop_run_simulation_deprecation(record: logging.LogRecord) -> bool:
+    """Drop Flower's notice that ``run_simulation`` is deprecated (a logging filter).
+
+    Flower 1.42 tells every caller of ``run_simulation`` to "use `flwr run` in the CLI
+    instead"; a user of ``flower-edge simulate`` can do nothing about it (found by a new-user
+    probe: the coloured multi-line WARNING opened every Ray run). ``flwr run .`` runs the same
+    App (docs/simulations.md).
+    """
+    text = str(record.msg)
+    args = record.args if isinstance(record.args, tuple) else ()
+    return not (text.startswith("DEPRECATED FEATURE") and "`run_simulation`" in str(args))
 
 
 def run_many(

@@ -182,3 +182,46 @@ def test_the_simulate_usage_names_every_strategy() -> None:
     usage = re.search(r"--strategy ([a-z|-]+)\]", simulations.cli.__doc__ or "")
     assert usage is not None
     assert usage.group(1).split("|") == [*STRATEGIES, "all"]
+
+
+# ---------------------------------------------------------------- simulate: Flower's notices
+def test_a_ray_run_drops_only_the_run_simulation_deprecation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every Ray run opened with Flower's coloured WARNING ``DEPRECATED FEATURE: The
+    `run_simulation` function is deprecated ... Please use `flwr run` in the CLI instead``,
+    which a user of ``flower-edge simulate`` can do nothing about."""
+    import logging
+
+    import flwr.simulation
+    from flwr.supercore.logger import warn_deprecated_feature
+
+    from flower_edge.errors import FlowerEdgeError
+    from simulations.app import SimSettings
+    from simulations.runner import run_experiment
+
+    def fake_run_simulation(**_: object) -> None:  # Flower's first line, then no result
+        warn_deprecated_feature("The `run_simulation` function is deprecated and will go.")
+        warn_deprecated_feature("something else")
+
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    monkeypatch.setattr(flwr.simulation, "run_simulation", fake_run_simulation)
+    flwr_logger = logging.getLogger("flwr")
+    handler = Keep(logging.DEBUG)
+    flwr_logger.addHandler(handler)
+    try:
+        settings = SimSettings.create("digits-20", "fedbuff", seed=0, rounds=1, clients=3)
+        with pytest.raises(FlowerEdgeError, match="ended without a result"):
+            run_experiment(settings, engine="ray", cpus=1)
+        warn_deprecated_feature("The `run_simulation` function is deprecated and will go.")
+    finally:
+        flwr_logger.removeHandler(handler)
+    shown = [r.getMessage() for r in records if r.getMessage().startswith("DEPRECATED")]
+    assert len(shown) == 2, shown  # "something else", and the notice outside a run
+    assert "something else" in shown[0]
+    assert "`run_simulation`" in shown[1]
