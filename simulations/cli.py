@@ -15,8 +15,9 @@ output is sent to stderr), and files are written only when ``--out`` is given. P
 to stderr. Every option is validated before the engine starts (exit code 2), under its option
 name; an explicit ``--ray-address HOST:PORT`` must accept a TCP connection within
 :data:`RAY_CONNECT_TIMEOUT` seconds (:func:`check_ray_address`). A one-line note on stderr
-says when ``--clients`` lowers the scenario's K, and when ``--cpus`` or ``--ray-address`` is
-ignored (``--engine inprocess``, or ``--cpus`` with ``--ray-address``).
+says when ``--clients`` lowers the scenario's K, and when ``--cpus``, ``--ray-address`` or
+``--threshold`` is ignored (``--engine inprocess``, ``--cpus`` with ``--ray-address``,
+``--threshold`` with ``--strategy fedavg``).
 """
 
 from __future__ import annotations
@@ -186,7 +187,10 @@ def _settings(args: argparse.Namespace) -> list[SimSettings]:
         for name in resolve_strategies(args.strategy)
     ]
     k = runs[0].scenario.threshold
-    if args.threshold is None and k != base.threshold:
+    if all(s.strategy == "fedavg" for s in runs):  # FedAvg waits for every client: no K
+        if args.threshold is not None:
+            _note(f"--threshold {args.threshold} is ignored by fedavg (it waits for every client)")
+    elif args.threshold is None and k != base.threshold:
         _note(
             f"--clients {args.clients} instead of the scenario's {base.num_clients}: K "
             f"lowered from {base.threshold} to {k}, the same share of the federation "

@@ -225,3 +225,31 @@ def test_a_ray_run_drops_only_the_run_simulation_deprecation(
     assert len(shown) == 2, shown  # "something else", and the notice outside a run
     assert "something else" in shown[0]
     assert "`run_simulation`" in shown[1]
+
+
+# ---------------------------------------------------------------- simulate: FedAvg has no K
+@pytest.mark.parametrize(
+    ("extra", "note"),
+    [
+        (["--strategy", "fedavg", "--threshold", "2"], "--threshold 2 is ignored by fedavg"),
+        (["--strategy", "fedavg"], None),  # no "K lowered" note: FedAvg has no K
+        (["--strategy", "fedbuff"], "K lowered from 4 to 1"),
+        (["--strategy", "all", "--threshold", "2"], None),  # the others use it
+    ],
+)
+def test_simulate_notes_a_threshold_that_fedavg_ignores(
+    extra: list[str], note: str | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--strategy fedavg --threshold 2`` ran without a word about the ignored K, and
+    ``--strategy fedavg --clients 4`` told the user that K was lowered and how to set it."""
+    from flower_edge.cli import build_parser
+    from simulations.cli import _settings
+
+    args = build_parser().parse_args(["simulate", "--clients", "4", *extra])
+    _settings(args)
+    notes = [line for line in capsys.readouterr().err.splitlines() if ": note: " in line]
+    if note is None:
+        assert notes == []
+    else:
+        assert len(notes) == 1, notes
+        assert note in notes[0]
