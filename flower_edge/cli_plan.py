@@ -307,7 +307,7 @@ def _time_models(
     fitted: dict[int, TimeModel] = {}
     for d, node_id in enumerate(ids):
         obs = observations.get(node_id)
-        if not obs:
+        if obs is None:  # an empty list given for a node gets its note below, as one point does
             continue
         try:
             fitted[d] = fit_time_model(obs)

@@ -253,3 +253,18 @@ def test_simulate_notes_a_threshold_that_fedavg_ignores(
     else:
         assert len(notes) == 1, notes
         assert note in notes[0]
+
+
+# ---------------------------------------------------------------- plan: empty observations
+def test_plan_notes_a_node_whose_observation_list_is_empty(
+    profiles: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``{"pi4": []}`` gave the node the prior without the note that one observation gets
+    (the README: a node whose observations give no time model gets a note)."""
+    for given in ([], [[10, 1.0]]):
+        path = tmp_path / "obs.json"
+        path.write_text(json.dumps({"pi4": given}), encoding="utf-8")
+        assert main(plan_argv(profiles, "--observations", str(path))) == 0
+        err = capsys.readouterr().err
+        assert "note: node pi4: its observations give no time model" in err, given
+        assert f"({len(given)} distinct loads < min_points=2)" in err
