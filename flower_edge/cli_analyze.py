@@ -184,7 +184,8 @@ def load_model(spec: str, shape: tuple[int, ...], kwargs: Mapping[str, Any]) -> 
     Raises
     ------
     InputError
-        Unknown bundled name, module or attribute; a factory that raises or returns no
+        Unknown bundled name, module or attribute, a malformed ``pkg.mod:factory``, a module
+        that raises as it is imported; a factory that raises or returns no
         ``torch.nn.Module``.
     """
     from torch import nn
@@ -194,10 +195,19 @@ def load_model(spec: str, shape: tuple[int, ...], kwargs: Mapping[str, Any]) -> 
     factory: Callable[..., Any]
     if ":" in spec:
         module_name, _, attr = spec.partition(":")
+        if not module_name or module_name.startswith(".") or not attr:
+            raise InputError(
+                f"MODEL {spec!r}: expected pkg.mod:factory, an absolute module path and the "
+                "name of a factory in it (e.g. mypkg.models:make_net)"
+            )
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:
             raise InputError(f"MODEL {spec!r}: cannot import {module_name!r}: {exc}") from None
+        except Exception as exc:  # user code that fails as it is imported is bad input too
+            raise InputError(
+                f"MODEL {spec!r}: importing {module_name!r} raised {type(exc).__name__}: {exc}"
+            ) from None
         found = getattr(module, attr, None)
         if not callable(found):
             raise InputError(f"MODEL {spec!r}: {module_name} has no callable {attr!r}")

@@ -268,3 +268,30 @@ def test_plan_notes_a_node_whose_observation_list_is_empty(
         err = capsys.readouterr().err
         assert "note: node pi4: its observations give no time model" in err, given
         assert f"({len(given)} distinct loads < min_points=2)" in err
+
+
+# ---------------------------------------------------------------- analyze: MODEL specs
+@pytest.mark.parametrize(
+    ("spec", "source", "message"),
+    [
+        (":make", None, "expected pkg.mod:factory"),
+        (".models:make", None, "expected pkg.mod:factory"),
+        ("os:", None, "expected pkg.mod:factory"),
+        ("s12_broken:make", "def make(:\n", "importing 's12_broken' raised SyntaxError"),
+        ("s12_raises:make", "raise RuntimeError('no GPU here')\n", "RuntimeError: no GPU here"),
+    ],
+)
+def test_analyze_names_a_model_spec_that_cannot_be_imported(
+    spec: str,
+    source: str | None,
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``analyze :make`` ended in a traceback (``ValueError: Empty module name``, exit 1), as
+    did a user module that raises while it is imported."""
+    if source is not None:
+        (tmp_path / f"{spec.partition(':')[0]}.py").write_text(source, encoding="utf-8")
+        monkeypatch.syspath_prepend(str(tmp_path))
+    fails(["analyze", spec, "--input-shape", "2,3"], capsys, f"MODEL {spec!r}", message)
