@@ -12,8 +12,8 @@ flwr) is listed as unavailable, and running it says why (exit code 2); the core 
 working.
 
 Exit codes: 0 success, 1 the run failed, 2 bad input (usage, invalid option or file, a command
-that is not available here), 130 interrupted (Ctrl-C), 141 stdout closed early (``... | head``;
-:func:`console_main`).
+that is not available here), 130 interrupted (Ctrl-C or SIGTERM: :func:`sigterm_as_interrupt`),
+141 stdout closed early (``... | head``; :func:`console_main`).
 """
 
 from __future__ import annotations
@@ -21,18 +21,26 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib import import_module
 from importlib.metadata import entry_points
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import Any, NoReturn
 
 from flower_edge.errors import FlowerEdgeError, InputError
 
-__all__ = ["COMMANDS_GROUP", "COMMAND_MODULES", "build_parser", "command_modules", "main"]
+__all__ = [
+    "COMMANDS_GROUP",
+    "COMMAND_MODULES",
+    "build_parser",
+    "command_modules",
+    "main",
+    "sigterm_as_interrupt",
+]
 
 #: core sub-command name -> module implementing ``add_parser`` and ``run``
 COMMAND_MODULES: dict[str, str] = {
@@ -134,7 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         command_parser: argparse.ArgumentParser = getattr(args, "command_parser", parser)
         command_parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
-        code: int = args.run(args)
+        with sigterm_as_interrupt():  # `kill PID`, `timeout`: the same cleanup as Ctrl-C
+            code: int = args.run(args)
     except KeyboardInterrupt:
         print("flower-edge: interrupted", file=sys.stderr)
         return 130
@@ -145,6 +154,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"flower-edge {args.command}: error: {exc}", file=sys.stderr)
         return 1
     return code
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Turn SIGTERM into KeyboardInterrupt, so the same cleanup runs; restore afterwards.
+
+    Found by a new-user probe for ``simulate`` (``profile`` had it already): SIGTERM killed
+    the process at once and left the empty ``--out`` folder that Ctrl-C removes. A library
+    may set its own handler inside the block (Ray's ``init`` does); the one before the block
+    comes back at its end.
+    """
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def console_main() -> NoReturn:

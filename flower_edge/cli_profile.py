@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
 from flower_edge import validate
+from flower_edge.cli import sigterm_as_interrupt
 from flower_edge.errors import InputError
 
 if TYPE_CHECKING:
@@ -148,24 +146,6 @@ def _progress(stream: TextIO) -> Callable[[str, float], None]:
     return show
 
 
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """Turn SIGTERM into KeyboardInterrupt, so the same cleanup runs; restore afterwards."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def _gib(n: float) -> str:
     return f"{n / 2**30:.1f} GiB"
 
@@ -207,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
 
     probe = HostProbe(disk_dir=disk_dir, repeats=repeats, progress=_progress(sys.stderr))
     mode: Mode = "quick" if args.quick else "full"
-    with _sigterm_as_interrupt():
+    with sigterm_as_interrupt():  # main() holds one too; this one also serves run() alone
         report = probe.profile(mode)
     if cache is not None:
         from flower_edge.profiling.store import write_report

@@ -295,3 +295,41 @@ def test_analyze_names_a_model_spec_that_cannot_be_imported(
         (tmp_path / f"{spec.partition(':')[0]}.py").write_text(source, encoding="utf-8")
         monkeypatch.syspath_prepend(str(tmp_path))
     fails(["analyze", spec, "--input-shape", "2,3"], capsys, f"MODEL {spec!r}", message)
+
+
+# ---------------------------------------------------------------- simulate: SIGTERM
+def test_sigterm_ends_a_simulation_as_ctrl_c_does(tmp_path: Path) -> None:
+    """``kill PID`` (or ``timeout``) on ``simulate --engine inprocess`` killed the process at
+    once: exit -15 and the empty ``--out`` folder left behind, where Ctrl-C removes it and
+    exits with 130 (``profile`` already turned SIGTERM into an interrupt)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    # FedBuff has no plateau stop: it runs until the signal
+    argv = ["simulate", "--engine", "inprocess", "--strategy", "fedbuff", "--clients", "4"]
+    argv += ["--rounds", "100000", "--out", str(out)]
+    code = f"import sys; sys.argv = ['flower-edge', *{argv!r}]\n"
+    code += "from flower_edge.cli import console_main\nconsole_main()\n"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stderr=subprocess.PIPE, text=True, env=env
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:  # wait for the engine to run
+        if "starting the engine" in line:
+            break
+    time.sleep(2.0)
+    assert proc.poll() is None
+    assert out.is_dir()
+    proc.send_signal(signal.SIGTERM)
+    t0 = time.monotonic()
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=60) == 130, rest
+    assert time.monotonic() - t0 < 30
+    assert "flower-edge: interrupted" in rest
+    assert "Traceback" not in rest
+    assert not out.exists()
