@@ -569,10 +569,22 @@ def run_plan(args: argparse.Namespace) -> int:
     """Run ``flower-edge plan``; return the exit code."""
     total = _int_option(args.total_samples, "--total-samples")
     max_rows = validate.integer("--max-rows", args.max_rows, low=0, error=InputError)
-    try:
-        k0 = float(args.seconds_per_sample)
-    except ValueError:
-        k0 = math.nan
+    # checked here, on the text as given (`abc` was reported as `got nan`; new-user probe)
+    k0 = validate.number(
+        "--seconds-per-sample",
+        validate.from_text(args.seconds_per_sample, float),
+        low=0.0,
+        low_inclusive=False,
+        error=InputError,
+    )
+    fraction = validate.number(
+        "--max-share-fraction",
+        validate.from_text(args.max_share_fraction, float),
+        low=0.0,
+        low_inclusive=False,
+        high=1.0,
+        error=InputError,
+    )
     ids, evaluations, capacities = read_profiles(_read_json(args.profiles, "--profiles"))
     observations = (
         read_observations(_read_json(args.observations, "--observations"), ids)
@@ -582,10 +594,6 @@ def run_plan(args: argparse.Namespace) -> int:
     plot = radar_plotter() if args.plot is not None else None
     plot_path = _check_plot_path(args.plot) if args.plot is not None else None
     share = _compute_share(args)
-    try:
-        fraction = float(args.max_share_fraction)
-    except ValueError:
-        fraction = math.nan
     notes: list[str] = []
     doc, alloc = build_plan(
         ids,

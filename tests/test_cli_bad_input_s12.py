@@ -333,3 +333,11 @@ def test_sigterm_ends_a_simulation_as_ctrl_c_does(tmp_path: Path) -> None:
     assert "flower-edge: interrupted" in rest
     assert "Traceback" not in rest
     assert not out.exists()
+
+
+@pytest.mark.parametrize("option", ["--seconds-per-sample", "--max-share-fraction"])
+def test_plan_reports_a_number_option_as_typed(
+    profiles: str, option: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--seconds-per-sample abc`` was reported as ``got nan``."""
+    fails(plan_argv(profiles, option, "abc"), capsys, f"{option} must be", "got 'abc'")
