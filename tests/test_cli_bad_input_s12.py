@@ -341,3 +341,13 @@ def test_plan_reports_a_number_option_as_typed(
 ) -> None:
     """``--seconds-per-sample abc`` was reported as ``got nan``."""
     fails(plan_argv(profiles, option, "abc"), capsys, f"{option} must be", "got 'abc'")
+
+
+def test_the_docs_quote_the_main_jobs_latest_measured_time() -> None:
+    """docs/simulations.md said the main job takes about 2 min 40 s, citing
+    docs/benchmarks.md, whose latest measurement is 1 min 44.6 s."""
+    bench = " ".join((DOCS.parent / "benchmarks.md").read_text(encoding="utf-8").split())
+    row = bench.split("| Simulations | digits-20 main job")[1].split(" | ")[2]  # the figures
+    latest = re.search(r"\*\*(\d+ min [\d.]+ s)\*\*", row)  # the first bold: the latest
+    assert latest is not None
+    assert f"`docs/benchmarks.md`: {latest.group(1)}" in _docs_text()
