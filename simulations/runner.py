@@ -45,9 +45,20 @@ __all__ = [
 ENGINE_POLL_SECONDS = 0.01
 
 
-def _quiet_flower(verbose: bool) -> None:
-    level = logging.INFO if verbose else logging.WARNING
-    logging.getLogger("flwr").setLevel(level)
+@contextmanager
+def _quiet_flower(verbose: bool) -> Iterator[None]:
+    """Set Flower's logger to INFO (``verbose``) or WARNING for a run; restore it after.
+
+    Found by a new-user probe: the level stayed at WARNING after :func:`run_experiment`, so
+    an app that called it lost Flower's INFO logs for good.
+    """
+    flwr_logger = logging.getLogger("flwr")
+    before = flwr_logger.level
+    flwr_logger.setLevel(logging.INFO if verbose else logging.WARNING)
+    try:
+        yield
+    finally:
+        flwr_logger.setLevel(before)
 
 
 def _backend_config(
@@ -104,14 +115,14 @@ def run_experiment(
     validate.choice("engine", engine, ENGINES)
     validate.number("client_num_cpus", client_num_cpus, low=0.0, low_inclusive=False)
     validate.integer("cpus", cpus, low=1, allow_none=True)
-    _quiet_flower(verbose)
-    t0 = time.perf_counter()
-    # single-threaded torch: simulations.server.run_server and the simulation ClientApp
-    if engine == "inprocess":
-        result = _run_inprocess(settings, progress)
-    else:
-        result = _run_ray(settings, cpus, client_num_cpus, ray_init_args, progress)
-    wall = time.perf_counter() - t0
+    with _quiet_flower(verbose):
+        t0 = time.perf_counter()
+        # single-threaded torch: simulations.server.run_server and the simulation ClientApp
+        if engine == "inprocess":
+            result = _run_inprocess(settings, progress)
+        else:
+            result = _run_ray(settings, cpus, client_num_cpus, ray_init_args, progress)
+        wall = time.perf_counter() - t0
     return _with_wall(result, wall, engine)
 
 

@@ -212,6 +212,7 @@ def test_a_ray_run_drops_only_the_run_simulation_deprecation(
 
     monkeypatch.setattr(flwr.simulation, "run_simulation", fake_run_simulation)
     flwr_logger = logging.getLogger("flwr")
+    level = flwr_logger.level
     handler = Keep(logging.DEBUG)
     flwr_logger.addHandler(handler)
     try:
@@ -221,6 +222,9 @@ def test_a_ray_run_drops_only_the_run_simulation_deprecation(
         warn_deprecated_feature("The `run_simulation` function is deprecated and will go.")
     finally:
         flwr_logger.removeHandler(handler)
+    # the run quietened Flower's logger and then gave it back its level (it stayed at
+    # WARNING: a later test's capture of INFO records found none)
+    assert flwr_logger.level == level
     shown = [r.getMessage() for r in records if r.getMessage().startswith("DEPRECATED")]
     assert len(shown) == 2, shown  # "something else", and the notice outside a run
     assert "something else" in shown[0]
