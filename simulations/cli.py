@@ -74,8 +74,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="NAME",
         help=f"{'|'.join(STRATEGIES)}|all (default: all)",
     )
-    p.add_argument("--clients", type=int, default=None, help="clients (default: the scenario's)")
-    p.add_argument("--seed", type=int, default=0, help="seed (default: 0)")
+    p.add_argument(
+        "--clients",
+        type=int,
+        default=None,
+        metavar="N",
+        help="virtual clients, >= 2 and at most the scenario's data allows (default: the "
+        "scenario's)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed, 0 to 2**64 - 1 (default: 0)")
     p.add_argument(
         "--rounds",
         type=int,
@@ -87,12 +94,24 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         type=float,
         default=None,
         metavar="H",
-        help="fastest / slowest device compute speed, >= 1 (default: the scenario's)",
+        help="fastest / slowest device compute speed, 1 to 1,000,000 (default: the scenario's)",
     )
     p.add_argument(
-        "--threshold", type=int, default=None, metavar="K", help="K (default: scenario's)"
+        "--threshold",
+        type=int,
+        default=None,
+        metavar="K",
+        help="edge and edge-seed aggregate when more than K updates are in, FedBuff at K; "
+        "1 <= K < clients (default: the scenario's, lowered with --clients)",
     )
-    p.add_argument("--out", type=_folder, default=None, metavar="DIR", help="output folder")
+    p.add_argument(
+        "--out",
+        type=_folder,
+        default=None,
+        metavar="DIR",
+        help="folder for results.json, the plots and summary.txt (default: "
+        "runs/<scenario>-<UTC time>; with --json, no files unless given)",
+    )
     p.add_argument("--json", action="store_true", help="print only the JSON result on stdout")
     p.add_argument(
         "--engine",

@@ -355,3 +355,20 @@ def test_the_docs_quote_the_main_jobs_latest_measured_time() -> None:
     latest = re.search(r"\*\*(\d+ min [\d.]+ s)\*\*", row)  # the first bold: the latest
     assert latest is not None
     assert f"`docs/benchmarks.md`: {latest.group(1)}" in _docs_text()
+
+
+def test_simulate_help_gives_every_range_and_default(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--threshold K  K (default: scenario's)`` and ``--out DIR  output folder`` told a new
+    user neither what K is nor where the files go; ``--clients`` and ``--seed`` gave no
+    range."""
+    from simulations.scenarios import MAX_HETEROGENEITY, MAX_SEED
+
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "more than K updates are in, FedBuff at K; 1 <= K < clients" in text
+    assert "(default: runs/<scenario>-<UTC time>; with --json, no files unless given)" in text
+    assert "virtual clients, >= 2" in text
+    assert MAX_SEED == 2**64 - 1
+    assert "seed, 0 to 2**64 - 1" in text
+    assert f"1 to {MAX_HETEROGENEITY:,.0f}" in text
