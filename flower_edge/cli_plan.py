@@ -98,7 +98,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             "(seed 000, formulas 6-9)."
         ),
     )
-    plan.add_argument("--profiles", metavar="FILE", required=True, help="node profiles (JSON)")
+    plan.add_argument(
+        "--profiles",
+        metavar="FILE",
+        required=True,
+        help='node profiles (JSON): {"nodes": [{"id": ..., "resources": {"cpu": N, "gpu": N, '
+        '"memory": N, "disk": N}, "capacity": samples (optional)}]}, or a list of '
+        '`flower-edge profile --json` reports each with an added "id"',
+    )
     plan.add_argument(
         "--total-samples", metavar="F", required=True, help="samples to split (integer >= 0)"
     )
@@ -148,7 +155,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     plan.add_argument("--plot", metavar="PNG", help="write the radar chart of all nodes here")
     plan.add_argument("--json", action="store_true", help="print only the JSON plan")
     plan.add_argument(
-        "--max-rows", metavar="N", type=int, default=50, help="nodes listed in the table"
+        "--max-rows",
+        metavar="N",
+        type=int,
+        default=50,
+        help="nodes listed in the table (default: 50; --json lists every node)",
     )
     plan.set_defaults(run=run)
     return plan  # type: ignore[no-any-return]

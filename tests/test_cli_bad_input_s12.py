@@ -372,3 +372,13 @@ def test_simulate_help_gives_every_range_and_default(capsys: pytest.CaptureFixtu
     assert MAX_SEED == 2**64 - 1
     assert "seed, 0 to 2**64 - 1" in text
     assert f"1 to {MAX_HETEROGENEITY:,.0f}" in text
+
+
+def test_plan_help_gives_the_profiles_format(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--profiles FILE  node profiles (JSON)`` gave a new user no format to write."""
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert '{"nodes": [{"id": ..., "resources": {"cpu": N, "gpu": N, "memory": N' in text
+    assert '`flower-edge profile --json` reports each with an added "id"' in text
+    assert "(default: 50; --json lists every node)" in text
