@@ -247,7 +247,12 @@ class RecordingGrid(Grid):
                 )
                 pid = None if metrics is None else metrics.get(wire.PARTITION_ID)
                 if not isinstance(pid, int):
-                    raise FlowerEdgeError(f"node {real} did not report its partition id")
+                    # the ClientApp's own error, when it sent one, is the cause to show (found
+                    # by a new-user probe: a worker that could not run the app said only this)
+                    why = (
+                        f": its ClientApp failed: {reply.error.reason}" if reply.has_error() else ""
+                    )
+                    raise FlowerEdgeError(f"node {real} did not report its partition id{why}")
                 mapping[pid + 1] = real
             if pending and not got:
                 self.clock.sleep(self.poll_interval)

@@ -382,3 +382,24 @@ def test_plan_help_gives_the_profiles_format(capsys: pytest.CaptureFixture[str])
     assert '{"nodes": [{"id": ..., "resources": {"cpu": N, "gpu": N, "memory": N' in text
     assert '`flower-edge profile --json` reports each with an added "id"' in text
     assert "(default: 50; --json lists every node)" in text
+
+
+# ---------------------------------------------------------------- simulate: a failing ClientApp
+def test_a_client_app_that_fails_the_partition_query_says_why() -> None:
+    """``simulate`` ended with ``node N did not report its partition id`` and nothing more
+    when the ClientApp could not run on its worker; its error reply says why."""
+    from flwr.app import Context, Message
+
+    from flower_edge.errors import FlowerEdgeError
+    from simulations.recorder import RecordingGrid
+    from strategies.inprocess import InProcessGrid
+
+    def broken(msg: Message, context: Context) -> Message:
+        raise ModuleNotFoundError("No module named 'simulations'")
+
+    grid = RecordingGrid(InProcessGrid(broken, 2), stable_ids=True, num_nodes=2)  # type: ignore[arg-type]
+    with pytest.raises(FlowerEdgeError, match="did not report its partition id") as failed:
+        grid.get_node_ids()
+    assert "its ClientApp failed: ModuleNotFoundError: No module named 'simulations'" in str(
+        failed.value
+    )
