@@ -70,6 +70,7 @@ class StrategyOptions(TypedDict, total=False):
     resume: bool
     fraction_evaluate: float
     min_evaluate_nodes: int
+    weighted_by_key: str
 
 
 _C = TypeVar("_C")
@@ -81,8 +82,6 @@ FEDAVG_ONLY: Final[dict[str, str]] = {
     "fraction_train": "every idle node trains; threshold K decides when to aggregate",
     "min_train_nodes": "every idle node trains; threshold K decides when to aggregate",
     "min_available_nodes": "loop=LoopConfig(min_nodes=...) sets the nodes to wait for",
-    "weighted_by_key": "updates are weighted by their share (num-examples for a plain "
-    "ClientApp) and their delay",
     "arrayrecord_key": "messages use Flower's default keys 'arrays' and 'config'",
     "configrecord_key": "messages use Flower's default keys 'arrays' and 'config'",
     "train_metrics_aggr_fn": "train metrics are averaged by num-examples, as FedAvg's default",
@@ -93,7 +92,6 @@ FEDAVG_ONLY: Final[dict[str, str]] = {
 
 #: FedAvg's defaults of the arguments whose default value means what this strategy does
 FEDAVG_SAME_DEFAULTS: Final[dict[str, object]] = {
-    "weighted_by_key": "num-examples",
     "arrayrecord_key": "arrays",
     "configrecord_key": "config",
     "train_metrics_aggr_fn": None,
@@ -103,15 +101,27 @@ FEDAVG_SAME_DEFAULTS: Final[dict[str, object]] = {
 FEDAVG_IGNORED: Final = ("fraction_train", "min_train_nodes", "min_available_nodes")
 
 
-def tolerate_fedavg_options(strategy: str, unknown: dict[str, object]) -> dict[str, object]:
-    """Accept the FedAvg arguments a drop-in swap carries over; return the others.
+def tolerate_fedavg_options(
+    strategy: str, unknown: dict[str, object]
+) -> tuple[dict[str, object], str]:
+    """Accept the FedAvg arguments a drop-in swap carries over; return the others and the key.
 
     Flower's quickstart builds ``FedAvg(fraction_train=...)``: with ``FedAvg(`` replaced by
     ``EdgeStrategy(threshold=K, `` the argument comes along. ``fraction_train``,
     ``min_train_nodes`` and ``min_available_nodes`` are validated and ignored with one
-    WARNING each that says what stands in for them; the other FedAvg arguments are accepted
-    at FedAvg's default value (what this strategy does anyway) and refused otherwise.
+    WARNING each that says what stands in for them; ``weighted_by_key`` (default
+    ``num-examples``, returned second) names the metric a plain ClientApp's train and evaluate
+    replies give their example count in, as FedAvg reads it; the other FedAvg arguments are
+    accepted at FedAvg's default value (what this strategy does anyway) and refused otherwise.
     """
+    key = unknown.pop("weighted_by_key", wire.NUM_EXAMPLES)
+    if not isinstance(key, str) or not key.strip():
+        raise ConfigError(f"weighted_by_key must be a metric name (a non-empty str), got {key!r}")
+    if key != wire.NUM_EXAMPLES and key in wire.TRAIN_REPLY_KEYS:
+        raise ConfigError(
+            f"weighted_by_key {key!r} is a key of flower-edge's own protocol; name the metric "
+            "your ClientApp puts its example count in"
+        )
     rest: dict[str, object] = {}
     for name, value in unknown.items():
         if name in FEDAVG_IGNORED:
@@ -131,7 +141,7 @@ def tolerate_fedavg_options(strategy: str, unknown: dict[str, object]) -> dict[s
             continue
         else:
             rest[name] = value
-    return rest
+    return rest, key
 
 
 def unknown_options(strategy: str, unknown: dict[str, object]) -> str:
@@ -217,6 +227,8 @@ class SemiAsyncStrategy(Strategy):
         ``0``: none (logged once).
     min_evaluate_nodes : int (default: 2)
         Least nodes evaluated per aggregation when ``fraction_evaluate > 0``.
+    weighted_by_key : str (default: "num-examples")
+        As FedAvg's: the metric a plain ClientApp's replies hold their example count in.
     """
 
     #: name used in logs and checkpoints
@@ -245,7 +257,7 @@ class SemiAsyncStrategy(Strategy):
         min_evaluate_nodes: int = 2,
         **unknown: object,
     ) -> None:
-        unknown = tolerate_fedavg_options(type(self).__name__, unknown)
+        unknown, self.weighted_by_key = tolerate_fedavg_options(type(self).__name__, unknown)
         if unknown:
             raise TypeError(unknown_options(type(self).__name__, unknown))
         validate.integer("threshold K", threshold, low=1)
@@ -442,7 +454,7 @@ class SemiAsyncStrategy(Strategy):
             if keys is None and msg.has_content() and msg.content.array_records:
                 keys = list(next(iter(msg.content.array_records.values())).keys())
             try:
-                reply = parse_train_reply(msg, keys or [])
+                reply = parse_train_reply(msg, keys or [], self.weighted_by_key)
             except InputError as exc:
                 log(
                     WARNING,
@@ -477,7 +489,7 @@ class SemiAsyncStrategy(Strategy):
         self, server_round: int, replies: Iterable[Message]
     ) -> MetricRecord | None:
         """Average the evaluate replies' metrics by ``num-examples`` (bad replies skipped)."""
-        return aggregate_evaluate_replies(replies)
+        return aggregate_evaluate_replies(replies, weight_key=self.weighted_by_key)
 
     def start(
         self,

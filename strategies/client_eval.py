@@ -38,12 +38,16 @@ def _weight(value: object) -> int | None:
 
 
 def aggregate_evaluate_replies(
-    replies: Iterable[Message], asked: Mapping[str, int] | None = None
+    replies: Iterable[Message],
+    asked: Mapping[str, int] | None = None,
+    weight_key: str = wire.NUM_EXAMPLES,
 ) -> MetricRecord | None:
     """Average the metrics of valid evaluate replies, weighted by ``num-examples``.
 
     As Flower's ``FedAvg`` (``aggregate_metricrecords``): numbers and lists of numbers (element
-    by element) are averaged, and the weighting key itself is left out of the result. Each
+    by element) are averaged, and the weighting key itself is left out of the result. The
+    weight is the strategy's ``weighted_by_key`` metric where a reply has it, else
+    ``num-examples`` (a flower-edge client's key). Each
     metric is averaged over the replies that sent a finite value of it, so a node that sends
     ``nan`` or leaves a metric out does not dilute the others' average (its value is skipped
     with a WARNING naming the node and the metric).
@@ -64,22 +68,25 @@ def aggregate_evaluate_replies(
             continue
         records = list(msg.content.metric_records.values())
         metrics = msg.content.metric_records.get(wire.METRICS, records[0] if records else None)
-        got = None if metrics is None else metrics.get(wire.NUM_EXAMPLES)
+        count = weight_key if metrics is not None and weight_key in metrics else wire.NUM_EXAMPLES
+        got = None if metrics is None else metrics.get(count)
         weight = _weight(got)
         if weight is None:
             log(
                 WARNING,
                 "evaluate reply of node %s skipped: %s must be an integer > 0 (as train "
-                "replies: 140 or 140.0), got %r",
+                "replies: 140 or 140.0), got %r%s",
                 node,
-                wire.NUM_EXAMPLES,
+                count,
                 got,
+                "" if metrics is None or count in metrics else f" (its metrics: {sorted(metrics)})",
             )
             continue
         assert metrics is not None
         usable += 1
+        skip = (count, wire.NUM_EXAMPLES)
         for key, value in metrics.items():
-            if key != wire.NUM_EXAMPLES and _add_metric(sums, key, value, weight, node):
+            if key not in skip and _add_metric(sums, key, value, weight, node):
                 weights[key] = weights.get(key, 0) + weight
     if not usable:
         return None
@@ -132,11 +139,19 @@ class ClientEvaluation:
         ``start``'s ``evaluate_config`` (sent with every evaluate message).
     timeout : float
         TTL of the messages.
+    weight_key : str (default: "num-examples")
+        The strategy's ``weighted_by_key`` (see :func:`aggregate_evaluate_replies`).
     """
 
     def __init__(
-        self, fraction: float, min_nodes: int, config: ConfigRecord, timeout: float
+        self,
+        fraction: float,
+        min_nodes: int,
+        config: ConfigRecord,
+        timeout: float,
+        weight_key: str = wire.NUM_EXAMPLES,
     ) -> None:
+        self.weight_key = weight_key
         self.fraction = validate.probability("fraction_evaluate", fraction)
         self.min_nodes = validate.integer("min_evaluate_nodes", min_nodes, low=0)
         self.config = config
@@ -237,7 +252,7 @@ class ClientEvaluation:
         self.last_done = (rnd, replies)
         self.asked_in = {r: n for r, n in self.asked_in.items() if r >= rnd}
         asked = {m.metadata.reply_to_message_id: node for m, node in replies}
-        return aggregate_evaluate_replies([m for m, _ in replies], asked)
+        return aggregate_evaluate_replies([m for m, _ in replies], asked, self.weight_key)
 
     def top_up(
         self,

@@ -149,6 +149,7 @@ class EventLoop:
             strategy.min_evaluate_nodes,
             ConfigRecord() if evaluate_config is None else evaluate_config,
             timeout,
+            weight_key=strategy.weighted_by_key,
         )
         self.abandon = AbandonPolicy(strategy.abandon, enabled=strategy.sends_values())
         self.dispatcher = Dispatcher(
@@ -295,7 +296,8 @@ class EventLoop:
                 self.dispatcher.event_time(sent, None), REPLY, ReplyEvent(sent, None, None)
             )
             return
-        reply, reason = parse_reply_for(msg, sent.node_id, self.keys, virtual=self.clock.is_virtual)
+        virt, key = self.clock.is_virtual, self.strategy.weighted_by_key
+        reply, reason = parse_reply_for(msg, sent.node_id, self.keys, virtual=virt, weight_key=key)
         self.dispatcher.observe(sent, reply)  # per-message overhead, for the slice budget
         when = self.dispatcher.event_time(sent, reply)
         self.queue.push(when, REPLY, ReplyEvent(sent, reply, reason))

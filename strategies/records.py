@@ -200,7 +200,9 @@ def _check_message(msg: Message) -> None:
         raise InputError("reply has no content")
 
 
-def parse_train_reply(msg: Message, keys: Sequence[str]) -> TrainReply:
+def parse_train_reply(
+    msg: Message, keys: Sequence[str], weight_key: str = wire.NUM_EXAMPLES
+) -> TrainReply:
     """Parse a reply to a train message into a :class:`TrainReply`.
 
     Parameters
@@ -209,6 +211,10 @@ def parse_train_reply(msg: Message, keys: Sequence[str]) -> TrainReply:
         The reply.
     keys : Sequence[str]
         Array names of the global model, in order.
+    weight_key : str (default: "num-examples")
+        The strategy's ``weighted_by_key``: a plain ClientApp's reply (no protocol keys) gives
+        its example count in this metric, as FedAvg reads it (``num-examples`` when it lacks
+        it); a flower-edge client's reply always in ``num-examples``.
 
     Raises
     ------
@@ -221,11 +227,9 @@ def parse_train_reply(msg: Message, keys: Sequence[str]) -> TrainReply:
     metrics = _only_record(dict(content.metric_records), wire.METRICS, "MetricRecord")
     if metrics is None:
         raise InputError(f"reply has no MetricRecord (needs {wire.NUM_EXAMPLES!r})")
-    num_examples = _number(metrics, wire.NUM_EXAMPLES, integer=True, required=True)
-    if num_examples < 0:
-        raise InputError(f"{wire.NUM_EXAMPLES} must be >= 0, got {num_examples}")
+    drop_in = wire.DONE not in metrics and wire.JOB_ID not in metrics
+    count_key, num_examples = _count(metrics, weight_key if drop_in else wire.NUM_EXAMPLES)
     done_flag = _number(metrics, wire.DONE, integer=True)
-    drop_in = done_flag is None and wire.JOB_ID not in metrics
     done = True if done_flag is None else bool(done_flag)
     if done_flag is not None and done_flag not in (0, 1):
         raise InputError(f"{wire.DONE} must be 0 or 1, got {done_flag}")
@@ -236,7 +240,7 @@ def parse_train_reply(msg: Message, keys: Sequence[str]) -> TrainReply:
             raise InputError("finished update carries no arrays")
         arrays = arrays_from_record(record, keys)
         if num_examples == 0:
-            raise InputError(f"finished update with {wire.NUM_EXAMPLES} = 0")
+            raise InputError(f"finished update with {count_key} = 0")
     job_id = _number(metrics, wire.JOB_ID, integer=True)
     base_version = _number(metrics, wire.BASE_VERSION, integer=True)
     if base_version is not None and base_version < 0:
@@ -271,9 +275,30 @@ def parse_train_reply(msg: Message, keys: Sequence[str]) -> TrainReply:
         drop_in=drop_in,
         profile=profile,
         profile_problem=profile_problem,
-        app_metrics=app_metrics(metrics),
+        app_metrics=app_metrics(metrics, count_key),
         availability=_fraction(_report(metrics, wire.AVAILABILITY)),
     )
+
+
+def _count(metrics: MetricRecord, weight_key: str) -> tuple[str, int]:
+    """Return the example count's key and value: ``weight_key``, else ``num-examples``.
+
+    Raises InputError naming the key (and the metrics the reply has, when it is missing).
+    """
+    key = weight_key if weight_key in metrics else wire.NUM_EXAMPLES
+    if key not in metrics:
+        has = ", ".join(repr(k) for k in sorted(metrics)[:8]) or "none"
+        if weight_key == wire.NUM_EXAMPLES:
+            hint = "; name your ClientApp's key of the example count with weighted_by_key=..."
+            raise InputError(f"reply metric {key!r} is missing (its metrics: {has}){hint}")
+        raise InputError(
+            f"reply metric {weight_key!r} (weighted_by_key) or {key!r} is missing "
+            f"(its metrics: {has})"
+        )
+    num_examples: int = _number(metrics, key, integer=True, required=True)
+    if num_examples < 0:
+        raise InputError(f"{key} must be >= 0, got {num_examples}")
+    return key, num_examples
 
 
 def _fraction(value: float | None) -> float | None:
@@ -281,15 +306,18 @@ def _fraction(value: float | None) -> float | None:
     return value if value is not None and 0.0 <= value <= 1.0 else None
 
 
-def app_metrics(metrics: MetricRecord) -> tuple[tuple[str, float], ...]:
+def app_metrics(
+    metrics: MetricRecord, count_key: str = wire.NUM_EXAMPLES
+) -> tuple[tuple[str, float], ...]:
     """Return the app's own numeric metrics of a train reply, sorted by name.
 
-    Protocol keys are left out, and so are values that are not finite numbers (lists, NaN):
+    Protocol keys and the example count ``count_key`` are left out (FedAvg leaves its
+    weighting key out too), and so are values that are not finite numbers (lists, NaN):
     they are the app's business and never a reason to reject its update.
     """
     out = []
     for key, value in metrics.items():
-        if key in wire.TRAIN_REPLY_KEYS or isinstance(value, bool):
+        if key in wire.TRAIN_REPLY_KEYS or key == count_key or isinstance(value, bool):
             continue
         if isinstance(value, int | float) and math.isfinite(float(value)):
             out.append((str(key), float(value)))
@@ -459,7 +487,12 @@ def short_error(reason: str, limit: int = 300) -> str:
 
 
 def parse_reply_for(
-    msg: Message, node_id: int, keys: Sequence[str], *, virtual: bool
+    msg: Message,
+    node_id: int,
+    keys: Sequence[str],
+    *,
+    virtual: bool,
+    weight_key: str = wire.NUM_EXAMPLES,
 ) -> tuple[TrainReply | ProfileRecord | None, str | None]:
     """Parse a reply to a train message sent to ``node_id``: ``(reply, None)`` or ``(None, why)``.
 
@@ -483,7 +516,7 @@ def parse_reply_for(
                 return parse_profile_reply(msg), None
             except InputError as exc:
                 return None, f"{BAD_PROFILE_REPLY}: {exc}"
-        reply = parse_train_reply(msg, keys)
+        reply = parse_train_reply(msg, keys, weight_key)
     except InputError as exc:
         return None, str(exc)
     if virtual and not reply.done and not (reply.virtual_seconds or 0.0) > 0.0:

@@ -160,11 +160,11 @@ def test_fedavg_only_arguments_are_refused_saying_what_stands_in() -> None:
 
     with pytest.raises(
         TypeError,
-        match=r"EdgeStrategy got an unexpected keyword argument 'train_metrics_aggr_fn' \(train "
-        r"metrics are averaged by num-examples, as FedAvg's default; only FedAvg's default is "
-        r"accepted\); an unexpected keyword argument 'weighted_by_key' \(updates are weighted",
+        match=r"EdgeStrategy got an unexpected keyword argument 'arrayrecord_key' \(messages use "
+        r"Flower's default keys 'arrays' and 'config'; only FedAvg's default is accepted\); an "
+        r"unexpected keyword argument 'train_metrics_aggr_fn' \(train metrics are averaged",
     ):
-        EdgeStrategy(threshold=2, train_metrics_aggr_fn=max, weighted_by_key="n")  # type: ignore[call-arg]
+        EdgeStrategy(threshold=2, train_metrics_aggr_fn=max, arrayrecord_key="m")  # type: ignore[call-arg]
     with pytest.raises(TypeError, match=r"FedBuff got an unexpected keyword argument 'colour'\."):
         FedBuff(threshold=2, colour="red")  # type: ignore[call-arg]
 
