@@ -525,6 +525,11 @@ def buffer_entry(update: Update, start_time: float) -> dict[str, Any]:
     }
 
 
+def _app_metric(value: Any) -> float | tuple[float, ...]:
+    """Return an app metric read back from ``buffer.json`` (a JSON list is a list metric)."""
+    return tuple(float(v) for v in value) if isinstance(value, list) else float(value)
+
+
 def buffered_updates(
     store: CheckpointStore,
     global_arrays: Sequence[npt.NDArray[Any]],
@@ -572,7 +577,7 @@ def buffered_updates(
                 received_at=float(entry["received"]) + start_time,
                 late=bool(entry["late"]),
                 train_loss=None if loss is None else float(loss),
-                app_metrics=tuple(sorted((str(k), float(v)) for k, v in extra_items)),
+                app_metrics=tuple(sorted((str(k), _app_metric(v)) for k, v in extra_items)),
             )
         )
     if out:

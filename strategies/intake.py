@@ -132,19 +132,23 @@ def train_metrics(
     return MetricRecord(out)
 
 
-def averaged_app_metrics(updates: Sequence[Update]) -> dict[str, float]:
+def averaged_app_metrics(updates: Sequence[Update]) -> dict[str, float | list[float]]:
     """Return each app metric averaged by ``num-examples`` over the updates that sent it.
 
     This is what Flower's FedAvg does with the train metrics (``aggregate_metricrecords``
     weighted by ``num-examples``), so an app's ``train_loss`` reads the same under both.
+    Lists are averaged element by element over the updates whose list has the first one's
+    length and kind (a number where a list came first, or the reverse, is left out).
     """
-    sums: dict[str, list[float]] = {}
+    sums: dict[str, tuple[np.ndarray, int]] = {}
     for u in updates:
         for key, value in u.app_metrics:
-            acc = sums.setdefault(key, [0.0, 0.0])
-            acc[0] += value * u.num_examples
-            acc[1] += u.num_examples
-    return {key: total / weight for key, (total, weight) in sums.items() if weight > 0}
+            vec = np.asarray(value, dtype=np.float64)
+            total, weight = sums.get(key, (np.zeros_like(vec), 0))
+            if total.shape != vec.shape:
+                continue
+            sums[key] = (total + vec * u.num_examples, weight + u.num_examples)
+    return {key: (total / weight).tolist() for key, (total, weight) in sums.items() if weight > 0}
 
 
 def absurd_examples(

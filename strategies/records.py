@@ -23,6 +23,7 @@ from flower_edge.errors import InputError
 __all__ = [
     "BAD_PROFILE_REPLY",
     "AggregationRecord",
+    "AppMetric",
     "Combined",
     "EventKind",
     "JobEvent",
@@ -40,6 +41,8 @@ __all__ = [
 BAD_PROFILE_REPLY: Final = "bad profile reply"
 
 NDArray = npt.NDArray[Any]
+#: an app metric of a train reply: a number, or a list of numbers (averaged element-wise)
+AppMetric = float | tuple[float, ...]
 EventKind = Literal[
     "sent",
     "progress",
@@ -111,10 +114,11 @@ class TrainReply:
         Why a profile sent beside the update was rejected (the update itself stands).
     availability : float, optional
         The node's availability in ``[0, 1]`` as it replied (``None``: not sent or invalid).
-    app_metrics : tuple of (str, float)
-        The app's own metrics: every finite number of the reply's MetricRecord that is not a
-        protocol key (:data:`flower_edge.wire.TRAIN_REPLY_KEYS`), e.g. the quickstart's
-        ``train_loss``, sorted by name.
+    app_metrics : tuple of (str, AppMetric)
+        The app's own metrics: every finite number (or non-empty list of finite numbers) of
+        the reply's MetricRecord that is not a protocol key
+        (:data:`flower_edge.wire.TRAIN_REPLY_KEYS`), e.g. the quickstart's ``train_loss``,
+        sorted by name.
     """
 
     node_id: int
@@ -133,7 +137,7 @@ class TrainReply:
     drop_in: bool
     profile: ProfileRecord | None = None
     profile_problem: str | None = None
-    app_metrics: tuple[tuple[str, float], ...] = ()
+    app_metrics: tuple[tuple[str, AppMetric], ...] = ()
     availability: float | None = None
 
 
@@ -306,21 +310,33 @@ def _fraction(value: float | None) -> float | None:
     return value if value is not None and 0.0 <= value <= 1.0 else None
 
 
+def _finite(value: object) -> bool:
+    """Return whether ``value`` is a finite number (not a bool)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(float(value))
+    )
+
+
 def app_metrics(
     metrics: MetricRecord, count_key: str = wire.NUM_EXAMPLES
-) -> tuple[tuple[str, float], ...]:
+) -> tuple[tuple[str, AppMetric], ...]:
     """Return the app's own numeric metrics of a train reply, sorted by name.
 
     Protocol keys and the example count ``count_key`` are left out (FedAvg leaves its
-    weighting key out too), and so are values that are not finite numbers (lists, NaN):
-    they are the app's business and never a reason to reject its update.
+    weighting key out too). Numbers are kept, and lists of numbers (averaged element by
+    element, as FedAvg does); values that are not finite (NaN, a list holding one) are left
+    out: they are the app's business and never a reason to reject its update.
     """
-    out = []
+    out: list[tuple[str, AppMetric]] = []
     for key, value in metrics.items():
-        if key in wire.TRAIN_REPLY_KEYS or key == count_key or isinstance(value, bool):
+        if key in wire.TRAIN_REPLY_KEYS or key == count_key:
             continue
-        if isinstance(value, int | float) and math.isfinite(float(value)):
-            out.append((str(key), float(value)))
+        if _finite(value):
+            out.append((str(key), float(value)))  # type: ignore[arg-type]  # a number
+        elif isinstance(value, list) and value and all(_finite(v) for v in value):
+            out.append((str(key), tuple(float(v) for v in value)))
     return tuple(sorted(out))
 
 
@@ -418,7 +434,7 @@ class Update:
         It missed its soft deadline.
     train_loss : float, optional
         Reported training loss.
-    app_metrics : tuple of (str, float)
+    app_metrics : tuple of (str, AppMetric)
         The app's own metrics of the reply (:attr:`TrainReply.app_metrics`).
     """
 
@@ -432,7 +448,7 @@ class Update:
     received_at: float
     late: bool
     train_loss: float | None
-    app_metrics: tuple[tuple[str, float], ...] = ()
+    app_metrics: tuple[tuple[str, AppMetric], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ from flwr.clientapp import ClientApp
 from flower_edge import wire
 from strategies import EdgeStrategy, InProcessGrid, ManualClock
 from strategies.intake import absurd_examples, averaged_app_metrics, name_array
-from strategies.records import Update, app_metrics
+from strategies.records import AppMetric, Update, app_metrics
 
 LIAR = 1003  # partition 2
 
@@ -39,7 +40,12 @@ def _plain_app(lie_from: int = 0) -> ClientApp:
         examples = 10 * (pid + 1)
         if ctx.node_id == LIAR and calls[ctx.node_id] > lie_from:
             examples = 10**9
-        metrics = {"num-examples": examples, "train_loss": 1.0 + pid, "note": [1, 2]}
+        metrics = {
+            "num-examples": examples,
+            "train_loss": 1.0 + pid,
+            "per_class": [float(pid), 1.0],
+            "nan_list": [1.0, math.nan],
+        }
         reply = RecordDict({"arrays": ArrayRecord(new), "metrics": MetricRecord(metrics)})
         return Message(reply, reply_to=msg)
 
@@ -111,7 +117,10 @@ def test_app_metrics_are_averaged_by_num_examples_like_fedavg() -> None:
         expected = sum((1.0 + pid) * n for pid, n in zip(pids, examples, strict=True))
         metrics = result.train_metrics_clientapp[rnd]
         assert metrics["train_loss"] == pytest.approx(expected / sum(examples))
-        assert "note" not in metrics  # not a number: the app's business, no error
+        # lists element by element, as FedAvg (found by a new-user probe: they were dropped)
+        per_class = sum(pid * n for pid, n in zip(pids, examples, strict=True)) / sum(examples)
+        assert metrics["per_class"] == pytest.approx([per_class, 1.0])
+        assert "nan_list" not in metrics  # not finite: the app's business, no error
         assert metrics["num-examples"] == sum(examples)  # the strategy's own key wins
 
 
@@ -124,13 +133,15 @@ def test_app_metrics_skip_protocol_keys_and_bad_numbers() -> None:
             "acc": 1,
             "nan": math.nan,
             "flag": [1.0, 2.0],
+            "nan_list": [1.0, math.nan],
+            "empty": [],
         }
     )
-    assert app_metrics(record) == (("acc", 1.0), ("train_loss", 0.25))
+    assert app_metrics(record) == (("acc", 1.0), ("flag", (1.0, 2.0)), ("train_loss", 0.25))
 
 
 def test_averaged_app_metrics_by_hand() -> None:
-    def update(n: int, metrics: tuple[tuple[str, float], ...]) -> Update:
+    def update(n: int, metrics: tuple[tuple[str, AppMetric], ...]) -> Update:
         return Update(
             node_id=n,
             job_id=n,
@@ -148,6 +159,15 @@ def test_averaged_app_metrics_by_hand() -> None:
     updates = [update(10, (("a", 1.0),)), update(30, (("a", 3.0), ("b", 2.0))), update(5, ())]
     assert averaged_app_metrics(updates) == pytest.approx({"a": 2.5, "b": 2.0})
     assert averaged_app_metrics([]) == {}
+    lists = [
+        update(10, (("c", (1.0, 0.0)),)),
+        update(30, (("c", (3.0, 4.0)),)),
+        update(5, (("c", (9.0, 9.0, 9.0)),)),  # another length: left out
+        update(7, (("c", 9.0),)),  # a number where lists came first: left out
+    ]
+    averaged = averaged_app_metrics(lists)
+    assert averaged["c"] == pytest.approx([2.5, 3.0])
+    assert isinstance(averaged["c"], list)
 
 
 def test_a_bad_array_is_named_by_its_model_key() -> None:
@@ -195,3 +215,27 @@ def test_a_train_loss_that_is_not_a_finite_number_is_dropped_not_the_update(loss
     assert parsed.train_loss is None
     assert parsed.arrays is not None
     assert parsed.num_examples == 5
+
+
+def test_list_app_metrics_of_a_buffered_update_survive_a_checkpoint(tmp_path: Path) -> None:
+    from strategies.checkpoint import CheckpointStore, buffer_entry, buffered_updates
+
+    update = Update(
+        node_id=7,
+        job_id=3,
+        base_version=0,
+        arrays=(np.ones(2, dtype=np.float32),),
+        num_examples=5,
+        share=0,
+        delay=1.0,
+        received_at=11.0,
+        late=False,
+        train_loss=None,
+        app_metrics=(("acc", 0.5), ("per_class", (0.25, 0.75))),
+    )
+    store = CheckpointStore(tmp_path)
+    entry = buffer_entry(update, start_time=10.0)
+    store.save_buffered([entry], entry, list(update.arrays))
+    (restored,) = buffered_updates(store, [np.zeros(2, dtype=np.float32)], 10.0, None, "edge")
+    assert restored.app_metrics == update.app_metrics
+    assert averaged_app_metrics([restored]) == {"acc": 0.5, "per_class": [0.25, 0.75]}
