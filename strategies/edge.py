@@ -68,9 +68,13 @@ PRESET_SHARES: Final[Mapping[str, Mapping[str, Any]]] = {
 
 
 def _delta(array: NDArray, base: NDArray) -> NDArray:
-    """``array - base`` in float64 (float tensors) or int64 (integer counters)."""
+    """``array - base`` in float64 (float tensors) or int64 (integer counters).
+
+    Always an array: numpy makes a scalar of the difference of two 0-d arrays (batch norm's
+    ``num_batches_tracked``), which the running sum refuses.
+    """
     dtype = np.float64 if np.asarray(base).dtype.kind == "f" else np.int64
-    return np.asarray(array, dtype=dtype) - np.asarray(base, dtype=dtype)
+    return np.asarray(np.asarray(array, dtype=dtype) - np.asarray(base, dtype=dtype))
 
 
 class _StepSum(WeightedSum):

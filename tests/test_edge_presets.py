@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
 
 from flower_edge.errors import ConfigError
 from simulations.presets import SEED_OPTIONS
 from simulations.scenarios import SCENARIOS
-from strategies import EdgeStrategy
+from strategies import EdgeStrategy, InProcessGrid
 from strategies.config import ShareConfig
 from strategies.edge import PRESETS
 
@@ -58,3 +61,39 @@ def test_the_simulations_use_the_same_presets() -> None:
     }
     assert scenario_edge == dict(PRESETS["edge"])
     assert sc.edge_max_epochs == 2.5
+
+
+def _counter_app() -> ClientApp:
+    """A plain ClientApp whose model has a 0-d int64 counter, as batch norm's
+    ``num_batches_tracked`` in a torch state dict."""
+    app = ClientApp()
+
+    @app.train()
+    def train(msg: Message, ctx: Context) -> Message:
+        arrays = msg.content["arrays"]
+        assert isinstance(arrays, ArrayRecord)
+        pid = int(ctx.node_config["partition-id"])  # type: ignore[arg-type]
+        w = arrays["w"].numpy() + 0.1 * (pid + 1)
+        tracked = np.asarray(arrays["tracked"].numpy() + 4, dtype=np.int64)
+        new = ArrayRecord({"w": Array(w), "tracked": Array(tracked)})
+        metrics = MetricRecord({"num-examples": 10})
+        return Message(RecordDict({"arrays": new, "metrics": metrics}), reply_to=msg)
+
+    return app
+
+
+@pytest.mark.parametrize("preset", ["edge", "edge-seed"])
+def test_presets_aggregate_a_model_with_a_0d_integer_counter(preset: str) -> None:
+    """Found by a new-user probe: the ``edge`` preset (deltas) crashed the ServerApp on any
+    torch model with batch norm: ``array 1 is a int64, not a numpy array`` (the difference of
+    two 0-d arrays is a numpy scalar)."""
+    initial = ArrayRecord(
+        {"w": Array(np.zeros(3, dtype=np.float32)), "tracked": Array(np.asarray(0, np.int64))}
+    )
+    strategy = EdgeStrategy.preset(preset, threshold=2)  # type: ignore[arg-type]
+    result = strategy.start(InProcessGrid(_counter_app(), 4), initial, num_rounds=3)
+    assert len(strategy.history) == 3
+    tracked = result.arrays["tracked"].numpy()
+    assert tracked.shape == ()
+    assert tracked.dtype == np.int64
+    assert int(tracked) >= 4
