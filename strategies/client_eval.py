@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from logging import INFO, WARNING
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
@@ -25,7 +25,14 @@ from strategies.dispatch import Dispatcher
 from strategies.membership import Node
 from strategies.records import short_error
 
-__all__ = ["ClientEvaluation", "aggregate_evaluate_replies"]
+__all__ = ["NO_HANDLER_HINT", "ClientEvaluation", "aggregate_evaluate_replies"]
+
+#: Flower's error reason for a message type that the ClientApp has no handler for
+NO_HANDLER: Final = "No evaluate function registered"
+#: what the log adds to it
+NO_HANDLER_HINT: Final = (
+    "the ClientApp has no @app.evaluate() handler: pass fraction_evaluate=0.0 to the strategy"
+)
 
 
 def _weight(value: object) -> int | None:
@@ -64,6 +71,8 @@ def aggregate_evaluate_replies(
         node = (asked or {}).get(msg.metadata.reply_to_message_id, msg.metadata.src_node_id)
         if msg.has_error() or not msg.has_content():
             reason = short_error(msg.error.reason or "") if msg.has_error() else "no content"
+            if NO_HANDLER in reason:  # Flower's words for a ClientApp without @app.evaluate()
+                reason += f" ({NO_HANDLER_HINT})"
             log(WARNING, "evaluate reply of node %s skipped: %s", node, reason)
             continue
         records = list(msg.content.metric_records.values())

@@ -299,3 +299,22 @@ def test_the_final_round_is_evaluated_on_the_nodes_it_wants_once_training_stops(
         if m.metadata.message_type == "evaluate" and m.metadata.group_id == "1"
     ]
     assert len(earlier) < 4  # rounds during training still ask only the idle nodes
+
+
+def test_a_clientapp_without_an_evaluate_handler_gets_a_hint() -> None:
+    """Found by a new-user probe: with ``fraction_evaluate > 0`` and a ClientApp that has no
+    ``@app.evaluate()``, every evaluation was skipped with Flower's bare ``No evaluate function
+    registered with name 'default'``, which did not say what to change."""
+    from conftest import make_dropin_app
+
+    grid = InProcessGrid(make_dropin_app(), 4)
+    strategy = EdgeStrategy(threshold=2, fraction_evaluate=0.5)
+    with flwr_logs() as caplog:
+        result = strategy.start(grid, model(0.0), num_rounds=2, evaluate_fn=accuracy_fn())
+    assert len(strategy.history) == 2  # training is unaffected
+    assert result.evaluate_metrics_clientapp == {}
+    skipped = [r.getMessage() for r in caplog.records if "evaluate reply of node" in r.getMessage()]
+    assert skipped
+    for line in skipped:
+        assert "No evaluate function registered" in line
+        assert "no @app.evaluate() handler: pass fraction_evaluate=0.0" in line
