@@ -148,6 +148,19 @@ def resume_from_checkpoint(loop: EventLoop, ids: list[int]) -> bool:
         log(INFO, "%s: a new run (resume is off): the old checkpoint moved to %s", loop.name, kept)
         return False
     state, ckpt = store.load_run(loop.keys)
+    if state.strategy != loop.name:  # another strategy's run: its rounds are not this one's
+        kept = store.archive()
+        log(
+            WARNING,
+            "%s: the checkpoint in %s was written by strategy %r, not %r: nothing to resume, "
+            "this is a new run; the old checkpoint moved to %s (use a folder per experiment)",
+            loop.name,
+            store.directory,
+            state.strategy,
+            loop.name,
+            kept,
+        )
+        return False
     arrays = conform_arrays(ckpt.arrays, loop.global_arrays, loop.keys, str(store.directory))
     budget = loop.stopper.num_rounds
     finished = store.finished()

@@ -432,3 +432,28 @@ def test_a_stalled_run_is_not_marked_finished_and_resumes(tmp_path: Path) -> Non
     assert not list(tmp_path.glob("previous-*"))  # resumed, not a new run
     resumed_from = CheckpointStore(tmp_path).audit()
     assert resumed_from[0]["round"] == 1
+
+
+def test_another_strategys_checkpoint_is_not_resumed(tmp_path: Path) -> None:
+    """Found by a new-user probe: with one checkpoint folder (``FLOWER_EDGE_CHECKPOINT_DIR``)
+    an EdgeStrategy run of 2 aggregations and then a FedBuff run of 4 made FedBuff "resume" at
+    round 3, its Result holding EdgeStrategy's rounds 1 and 2."""
+    from conftest import flwr_logs
+
+    from strategies import FedBuff
+
+    _run(2, tmp_path, resume=True)
+    grid = InProcessGrid(ToyEdge(speeds=[10.0, 20.0, 40.0, 80.0]), 4)
+    fedbuff = FedBuff(
+        threshold=3, clock=VirtualClock(wall=ManualClock()), checkpoint_dir=tmp_path, resume=True
+    )
+    with flwr_logs() as caplog:
+        result = fedbuff.start(grid, model(0.0), num_rounds=4, evaluate_fn=accuracy_fn())
+    assert [h.round for h in fedbuff.history] == [1, 2, 3, 4]  # all its own
+    # FedBuff aggregates K = 3 updates, EdgeStrategy K + 1 = 4
+    assert [len(h.participants) for h in fedbuff.history] == [3] * 4
+    assert sorted(result.train_metrics_clientapp) == [1, 2, 3, 4]
+    assert "was written by strategy 'edge', not 'fedbuff': nothing to resume" in caplog.text
+    (previous,) = tmp_path.glob("previous-*")
+    assert [e["round"] for e in CheckpointStore(previous).audit()][-1] == 2
+    assert json.loads((tmp_path / STATE_FILE).read_text())["strategy"] == "fedbuff"
