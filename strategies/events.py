@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -98,6 +98,17 @@ class EventQueue:
     def push(self, when: float, order: int, event: Event) -> None:
         """Queue ``event`` at time ``when`` (``order``: :data:`REPLY` or :data:`DEADLINE`)."""
         heapq.heappush(self._heap, (when, order, event.sent.seq, self.next_seq(), event))
+
+    def live(self, open_ids: Container[str]) -> bool:
+        """Return whether an event can still matter.
+
+        That is a reply, or the deadline of a message in ``open_ids`` (its reply not
+        processed yet): a deadline of an answered message does nothing when it fires.
+        """
+        return any(
+            isinstance(event, ReplyEvent) or event.sent.message_id in open_ids
+            for *_, event in self._heap
+        )
 
     def head_time(self) -> float:
         """Return the time of the earliest event (the queue must not be empty)."""

@@ -69,8 +69,13 @@ def expire(loop: EventLoop) -> None:
 
 
 def stalled(loop: EventLoop) -> bool:
-    """Return whether no event can happen any more."""
-    if loop.inflight or len(loop.queue):
+    """Return whether no event can happen any more.
+
+    Soft deadlines of messages already answered do not count: they fire to no effect, and
+    waiting for them (10 s and more) only delayed the aggregation of a buffer that no other
+    update could complete, e.g. after a node's ClientApp raised.
+    """
+    if loop.inflight or loop.queue.live(loop.dispatcher.open):
         return False
     if not loop.clock.is_virtual:
         loop.membership.refresh(force=True)

@@ -575,3 +575,29 @@ def test_an_unusable_checkpoint_dir_is_named(tmp_path) -> None:  # type: ignore[
     with pytest.raises(ConfigError, match="checkpoint_dir .*ckpt' cannot be created or written"):
         strategy.start(grid, model(0.0), num_rounds=1)
     assert grid.pushed == []
+
+
+def test_a_raising_node_does_not_make_the_others_wait_for_their_deadlines() -> None:
+    """Found by a new-user probe: with K = n - 1 and one ClientApp that raises, every
+    aggregation after the first waited for the soft deadlines (10 s floor) of messages that
+    were answered long before: their deadline events kept the loop from seeing that no other
+    update could come."""
+    from conftest import make_dropin_app
+
+    plain = make_dropin_app()
+
+    def app(msg: Message, ctx: Context) -> Message:
+        if ctx.node_id == 1002:
+            raise RuntimeError("broken node")
+        return plain(msg, ctx)
+
+    clock = ManualClock()
+    grid = InProcessGrid(app, 4, clock=clock, latency=lambda node, msg: 1.0)
+    strategy = EdgeStrategy(threshold=3, clock=clock)  # wall clock: deadline "auto", 10 s floor
+    with flwr_logs() as caplog:
+        strategy.start(grid, model(0.0), num_rounds=3, evaluate_fn=accuracy_fn())
+    assert "deadline 10.0 s" in caplog.text  # the deadlines were set
+    times = [record.time for record in strategy.history]
+    assert [len(record.participants) for record in strategy.history] == [3, 3, 3]
+    # each aggregation follows its replies (1 s each) without waiting for a deadline
+    assert all(later - earlier < 5.0 for earlier, later in zip(times, times[1:], strict=False))
