@@ -197,3 +197,33 @@ def test_the_quickstarts_fedavg_arguments_carry_over_with_a_warning() -> None:
             FedBuff(threshold=2, fraction_train=bad)  # type: ignore[call-arg]
     with pytest.raises(ConfigError, match="min_train_nodes"):
         EdgeStrategy(threshold=2, min_train_nodes=-1)  # type: ignore[call-arg]
+
+
+def test_evaluate_fn_calls_per_aggregation_are_as_the_dropin_guide_says() -> None:
+    """docs/dropin.md warns FedAvg users that ``evaluate_fn`` runs 1 + (K + 1) times per
+    aggregation with the same ``server_round`` (leave-one-out models), the first call on the
+    served model, and once with ``ValuationConfig(mode="off")``."""
+    from pathlib import Path
+
+    from conftest import make_dropin_app
+
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "dropin.md").read_text()
+    assert "`evaluate_fn` is called **more than once per aggregation**" in guide
+    assert "with `threshold=2` it runs 1 + 3 times per" in guide
+    score = accuracy_fn()
+    calls: list[tuple[int, np.ndarray]] = []
+
+    def evaluate(rnd: int, arrays: ArrayRecord) -> MetricRecord:
+        calls.append((rnd, arrays["w"].numpy().copy()))
+        return score(rnd, arrays)
+
+    for valuation, per_round in ((None, 4), (ValuationConfig(mode="off"), 1)):
+        calls.clear()
+        strategy = EdgeStrategy(threshold=2, valuation=valuation)
+        result = strategy.start(
+            InProcessGrid(make_dropin_app(), 3), model(0.0), num_rounds=2, evaluate_fn=evaluate
+        )
+        rounds = [rnd for rnd, _ in calls]
+        assert rounds == [0] + [1] * per_round + [2] * per_round
+        first_of_last = next(w for rnd, w in calls if rnd == 2)
+        assert np.array_equal(first_of_last, result.arrays["w"].numpy())
