@@ -230,7 +230,7 @@ def parse_train_reply(
     content = msg.content
     metrics = _only_record(dict(content.metric_records), wire.METRICS, "MetricRecord")
     if metrics is None:
-        raise InputError(f"reply has no MetricRecord (needs {wire.NUM_EXAMPLES!r})")
+        raise InputError(f"reply has no MetricRecord (needs {weight_key!r})")
     drop_in = wire.DONE not in metrics and wire.JOB_ID not in metrics
     count_key, num_examples = _count(metrics, weight_key if drop_in else wire.NUM_EXAMPLES)
     done_flag = _number(metrics, wire.DONE, integer=True)

@@ -116,3 +116,13 @@ def test_weighted_by_key_must_name_a_metric_of_the_app(bad: object) -> None:
         EdgeStrategy(threshold=2, weighted_by_key=bad)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="weighted_by_key"):
         FedAsync(weighted_by_key=bad)  # type: ignore[arg-type]
+
+
+def test_a_reply_without_metrics_names_the_key_it_needs() -> None:
+    from flower_edge.errors import InputError
+    from strategies import parse_train_reply
+
+    msg = Message(RecordDict({"arrays": model(0.0)}), dst_node_id=1, message_type="train")
+    reply = Message(RecordDict({"arrays": model(0.0)}), reply_to=msg)
+    with pytest.raises(InputError, match=r"reply has no MetricRecord \(needs 'num_examples'\)"):
+        parse_train_reply(reply, ["w", "steps"], KEY)
