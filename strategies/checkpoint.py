@@ -27,7 +27,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
 from pathlib import Path
@@ -534,14 +534,15 @@ def buffered_updates(
     store: CheckpointStore,
     global_arrays: Sequence[npt.NDArray[Any]],
     start_time: float,
-    required_base: int | None,
+    required_base: Collection[int] | None,
     name: str,
 ) -> list[Update]:
     """Return the buffered updates of ``store`` that can go back into the buffer.
 
     Updates already in the audit (aggregated before the kill), unreadable ones, ones that do
     not fit ``global_arrays``, and, when ``required_base`` is set (strategies that aggregate
-    deltas), ones with another base version (its model is not in the checkpoint) are left out.
+    deltas: the base versions whose models are known), ones with another base version are
+    left out.
     """
     counted = {(int(e["node"]), int(e["job"])) for e in store.audit()}
     out = []
@@ -550,7 +551,7 @@ def buffered_updates(
         base = int(entry["base_version"])
         if (node_id, job_id) in counted:
             continue  # aggregated before the kill: in the audit already
-        if required_base is not None and base != required_base:
+        if required_base is not None and base not in required_base:
             log(
                 WARNING,
                 "%s: buffered update of node %s dropped: its base version %d "

@@ -12,10 +12,12 @@ from collections.abc import Sequence
 from logging import INFO, WARNING
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import numpy.typing as npt
 from flwr.app import MetricRecord
 from flwr.common.logger import log
 
+from flower_edge.aggregation import check_update
 from flower_edge.errors import ConfigError
 from strategies.checkpoint import (
     FINISHED_FILE,
@@ -44,14 +46,32 @@ def save_buffered_update(loop: EventLoop, update: Update) -> None:
     """Persist a newly buffered update (with the buffer list) before it can trigger anything.
 
     A kill during the aggregation it triggers, or that aggregation's checkpoint, then loses
-    nothing accepted: resume re-aggregates it.
+    nothing accepted: resume re-aggregates it. For a strategy that aggregates deltas, an
+    update based on an older global version is stored with that base model after its own
+    arrays (the checkpoint holds only the latest global model), so resume can form its delta.
     """
-    if loop.store is not None:
-        loop.store.save_buffered(
-            [buffer_entry(u, loop.start_time) for u in loop.buffer],
-            buffer_entry(update, loop.start_time),
-            update.arrays,
-        )
+    if loop.store is None:
+        return
+    arrays: Sequence[npt.NDArray[Any]] = update.arrays
+    base = update.base_version
+    if loop.strategy.needs_bases and base != loop.version and base in loop.versions:
+        arrays = [*update.arrays, *loop.versions[base]]
+    loop.store.save_buffered(
+        [buffer_entry(u, loop.start_time) for u in loop.buffer],
+        buffer_entry(update, loop.start_time),
+        arrays,
+    )
+
+
+def _saved_bases(loop: EventLoop, store: CheckpointStore) -> dict[int, list[npt.NDArray[Any]]]:
+    """Return the base models stored with buffered updates (see :func:`save_buffered_update`)."""
+    count = len(loop.global_arrays)
+    out: dict[int, list[npt.NDArray[Any]]] = {}
+    for entry, arrays in store.buffered(2 * count):  # only files that hold a base model
+        base = [np.asarray(a) for a in arrays[count:]]
+        if check_update(base, loop.global_arrays) is None:
+            out[int(entry["base_version"])] = base
+    return out
 
 
 def save_checkpoint(loop: EventLoop, record: AggregationRecord) -> None:
@@ -96,9 +116,12 @@ def save_client_evaluations(loop: EventLoop) -> None:
 
 def _restore_buffer(loop: EventLoop, store: CheckpointStore) -> None:
     """Put the updates accepted but not aggregated before the kill back into the buffer."""
-    base = loop.version if loop.strategy.needs_bases else None
-    restored = buffered_updates(store, loop.global_arrays, loop.start_time, base, loop.name)
+    saved = _saved_bases(loop, store) if loop.strategy.needs_bases else {}
+    known = {loop.version, *saved} if loop.strategy.needs_bases else None
+    restored = buffered_updates(store, loop.global_arrays, loop.start_time, known, loop.name)
     for update in restored:
+        if update.base_version in saved:
+            loop.versions[update.base_version] = saved[update.base_version]
         loop.buffer.append(update)
         loop.reported[update.node_id] = update.num_examples
         if update.node_id in loop.nodes:

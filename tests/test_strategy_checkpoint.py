@@ -457,3 +457,52 @@ def test_another_strategys_checkpoint_is_not_resumed(tmp_path: Path) -> None:
     (previous,) = tmp_path.glob("previous-*")
     assert [e["round"] for e in CheckpointStore(previous).audit()][-1] == 2
     assert json.loads((tmp_path / STATE_FILE).read_text())["strategy"] == "fedbuff"
+
+
+def test_a_stale_buffered_update_survives_a_kill_when_deltas_are_aggregated(
+    tmp_path: Path,
+) -> None:
+    """The 'edge' preset aggregates deltas: a buffered update based on an older version
+    (whose model the checkpoint does not hold) used to be dropped on resume."""
+    evaluate = accuracy_fn()
+
+    def dies_in_round_2(rnd: int, arrays):  # type: ignore[no-untyped-def]
+        if rnd == 2:
+            raise ServerKilledError("server killed while aggregating round 2")
+        return evaluate(rnd, arrays)
+
+    def edge(directory: Path | None, resume: bool) -> EdgeStrategy:
+        return EdgeStrategy(
+            threshold=2,
+            aggregate="deltas",
+            clock=VirtualClock(wall=ManualClock()),
+            shares=ShareConfig(profile=False, total_samples=400, rebalance="off"),
+            checkpoint_dir=directory,
+            resume=resume,
+        )
+
+    whole = edge(None, resume=False)
+    expected = whole.start(
+        InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=3, evaluate_fn=evaluate
+    )
+    killed = edge(tmp_path, resume=False)
+    with pytest.raises(ServerKilledError):
+        killed.start(
+            InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=3, evaluate_fn=dies_in_round_2
+        )
+    store = CheckpointStore(tmp_path)
+    assert sorted(e["base_version"] for e, _ in store.buffered(2)) == [0, 1, 1]
+    resumed = edge(tmp_path, resume=True)
+    result = resumed.start(
+        InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=3, evaluate_fn=evaluate
+    )
+    second, reference = resumed.history[1], whole.history[1]
+    assert second.participants == reference.participants  # the stale update (base 0) too
+    assert second.base_versions == reference.base_versions == (1, 1, 0)
+    assert second.weights == pytest.approx(reference.weights)
+    # the same global model 2 as without the kill (its delta formed from the stored base 0)
+    assert dict(result.evaluate_metrics_serverapp[2]) == pytest.approx(
+        dict(expected.evaluate_metrics_serverapp[2])
+    )
+    audit = [(e["node"], e["job"]) for e in store.audit()]
+    assert len(audit) == len(set(audit)) == 9
