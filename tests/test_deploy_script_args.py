@@ -125,3 +125,18 @@ def test_a_port_in_use_exits_2_and_leaves_no_database(tmp_path: Path) -> None:
         assert node.returncode == 2
         assert f"--port {port} is in use" in node.stderr
         assert "Traceback" not in node.stderr
+
+
+@pytest.mark.parametrize(
+    "name", ["superlink-9092.db", "superlink-9092.db-wal", "superlink-9092.db-shm"]
+)
+def test_the_default_database_and_its_sqlite_files_are_ignored_by_git(name: str) -> None:
+    """start-superlink.sh's default database in the repository root leaves no untracked files
+    (SQLite keeps a -wal and a -shm file beside it while the SuperLink runs)."""
+    root = DEPLOY.parent
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    done = subprocess.run(
+        ["git", "-C", str(root), "check-ignore", "-q", name], capture_output=True, timeout=30
+    )
+    assert done.returncode == 0, f"{name} is not ignored by .gitignore"
