@@ -86,6 +86,21 @@ stop() { stopping=1; [ "$child" = 0 ] || kill -s "$1" "$child" 2>/dev/null || tr
 trap 'stop TERM' TERM
 trap 'stop INT' INT
 trap 'rm -f "$attempt_log"' EXIT
+# Flower 1.42: a ClientApp process can outlive its SuperNode, an orphan that retries its pull
+# from the node's --port for ever (seen after a SuperLink restart: a ClientApp of the old run).
+# When the node has ended, stop what is left of its ClientApps after 5 s (by pid; only this
+# --port's): SIGTERM, then SIGKILL 5 s later.
+leftovers() { pgrep -f "flwr-clientapp .*--runtime-api-address 127\.0\.0\.1:${port}( |\$)" || true; }
+stop_leftovers() {
+  local pids t
+  for t in 1 2 3 4 5; do pids="$(leftovers)"; [ -n "$pids" ] || return 0; sleep 1; done
+  echo "start-supernode: stopping ClientApp process(es) left behind by this SuperNode: $(echo $pids)" >&2
+  # shellcheck disable=SC2086
+  kill -s TERM $pids 2>/dev/null || true
+  for t in 1 2 3 4 5; do pids="$(leftovers)"; [ -n "$pids" ] || return 0; sleep 1; done
+  # shellcheck disable=SC2086
+  kill -s KILL $pids 2>/dev/null || true
+}
 give_up=$((SECONDS + retry))
 while :; do
   flower-supernode "${args[@]}" "$@" > >(tee "$attempt_log") 2>&1 &
@@ -102,5 +117,6 @@ while :; do
       echo "start-supernode: exit code 305 for ${retry} s: check that the key is registered (flwr supernode register KEY.pub CONNECTION) and that --ca matches the SuperLink" >&2
     fi
   fi
+  stop_leftovers
   exit "$rc"
 done
