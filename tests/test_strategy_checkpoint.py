@@ -13,6 +13,7 @@ from flower_edge.errors import ConfigError, InputError
 from strategies import (
     CheckpointStore,
     EdgeStrategy,
+    FedBuff,
     InProcessGrid,
     ManualClock,
     ShareConfig,
@@ -459,11 +460,12 @@ def test_another_strategys_checkpoint_is_not_resumed(tmp_path: Path) -> None:
     assert json.loads((tmp_path / STATE_FILE).read_text())["strategy"] == "fedbuff"
 
 
+@pytest.mark.parametrize("kind", ["edge-deltas", "fedbuff"])
 def test_a_stale_buffered_update_survives_a_kill_when_deltas_are_aggregated(
-    tmp_path: Path,
+    tmp_path: Path, kind: str
 ) -> None:
-    """The 'edge' preset aggregates deltas: a buffered update based on an older version
-    (whose model the checkpoint does not hold) used to be dropped on resume."""
+    """The 'edge' preset and FedBuff aggregate deltas: a buffered update based on an older
+    version (whose model the checkpoint does not hold) used to be dropped on resume."""
     evaluate = accuracy_fn()
 
     def dies_in_round_2(rnd: int, arrays):  # type: ignore[no-untyped-def]
@@ -471,12 +473,16 @@ def test_a_stale_buffered_update_survives_a_kill_when_deltas_are_aggregated(
             raise ServerKilledError("server killed while aggregating round 2")
         return evaluate(rnd, arrays)
 
-    def edge(directory: Path | None, resume: bool) -> EdgeStrategy:
+    def edge(directory: Path | None, resume: bool) -> EdgeStrategy | FedBuff:
+        shares = ShareConfig(profile=False, total_samples=400, rebalance="off")
+        clock = VirtualClock(wall=ManualClock())
+        if kind == "fedbuff":  # aggregates at >= K: the same 3 updates as K = 2 above
+            return FedBuff(3, clock=clock, shares=shares, checkpoint_dir=directory, resume=resume)
         return EdgeStrategy(
             threshold=2,
             aggregate="deltas",
-            clock=VirtualClock(wall=ManualClock()),
-            shares=ShareConfig(profile=False, total_samples=400, rebalance="off"),
+            clock=clock,
+            shares=shares,
             checkpoint_dir=directory,
             resume=resume,
         )
