@@ -93,6 +93,7 @@ trap 'rm -f "$attempt_log"' EXIT
 leftovers() { pgrep -f "flwr-clientapp .*--runtime-api-address 127\.0\.0\.1:${port}( |\$)" || true; }
 stop_leftovers() {
   local pids t
+  command -v pgrep > /dev/null || return 0
   for t in 1 2 3 4 5; do pids="$(leftovers)"; [ -n "$pids" ] || return 0; sleep 1; done
   echo "start-supernode: stopping ClientApp process(es) left behind by this SuperNode: $(echo $pids)" >&2
   # shellcheck disable=SC2086
