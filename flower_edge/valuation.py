@@ -71,9 +71,16 @@ def values_from_contributions(contributions: Sequence[float]) -> npt.NDArray[np.
     top = float(clamped.max())
     if top <= 0.0:
         return np.full(len(clamped), 1.0 / len(clamped))
-    relative = clamped / top  # values are proportions: scaled, huge contributions cannot overflow
-    out: npt.NDArray[np.float64] = relative / math.fsum(relative.tolist())
-    return out
+    try:
+        total = math.fsum(clamped.tolist())
+    except OverflowError:  # fsum raises where the running sum passes the largest float
+        total = math.inf
+    if math.isfinite(total):  # the seed's c_i / sum_j c_j, as computed since the first session
+        out: npt.NDArray[np.float64] = clamped / total
+        return out
+    relative = clamped / top  # huge contributions: scaled first, so the sum cannot overflow
+    scaled: npt.NDArray[np.float64] = relative / math.fsum(relative.tolist())
+    return scaled
 
 
 def leave_one_out_values(

@@ -15,12 +15,12 @@ fi
 vpy="$venv/bin/python"
 if ! "$vpy" -c "import torch" >/dev/null 2>&1; then
   echo "[setup] installing torch==2.13.0 (CPU wheel) before the project"
-  "$vpy" -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
+  "$vpy" -m pip install --quiet --disable-pip-version-check -c constraints.txt "torch==2.13.0"
 fi
 stamp="$venv/.flower-edge-stamp"
-want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+want="$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] || ! "$vpy" -c "import flower_edge" >/dev/null 2>&1; then
   echo "[setup] installing flower-edge and its dependencies"
-  "$vpy" -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+  "$vpy" -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[dev]"
   echo "$want" > "$stamp"
 fi
