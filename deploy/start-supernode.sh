@@ -89,8 +89,9 @@ trap 'rm -f "$attempt_log"' EXIT
 # Flower 1.42: a ClientApp process can outlive its SuperNode, an orphan that retries its pull
 # from the node's --port for ever (seen after a SuperLink restart: a ClientApp of the old run).
 # When the node has ended, stop what is left of its ClientApps after 5 s (by pid; only this
-# --port's): SIGTERM, then SIGKILL 5 s later.
-leftovers() { pgrep -f "flwr-clientapp .*--runtime-api-address 127\.0\.0\.1:${port}( |\$)" || true; }
+# --port's, and only in this script's process group, where flower-supernode starts them: never
+# another node's, even one started on this port since): SIGTERM, then SIGKILL 5 s later.
+leftovers() { pgrep -g 0 -f "flwr-clientapp .*--runtime-api-address 127\.0\.0\.1:${port}( |\$)" || true; }
 stop_leftovers() {
   local pids t
   command -v pgrep > /dev/null || return 0

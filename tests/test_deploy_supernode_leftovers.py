@@ -38,8 +38,10 @@ def _alive(pid: int) -> bool:
 
 
 def _fake_venv(tmp_path: Path, port: int, other_port: int) -> Path:
-    """A venv whose flower-supernode leaves two 'ClientApps' behind and exits: one of its
-    own --port (ignores SIGTERM, as a stuck one can), one of another node's."""
+    """A venv whose flower-supernode leaves three 'ClientApps' behind and exits (each ignores
+    SIGTERM, as a stuck one can): one of its own --port in its process group, as Flower starts
+    them; one of another node's --port; one of its --port in another session (another node
+    started on that port since, or another user's)."""
     bin_dir = tmp_path / "venv" / "bin"
     bin_dir.mkdir(parents=True)
     app = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
@@ -47,12 +49,12 @@ def _fake_venv(tmp_path: Path, port: int, other_port: int) -> Path:
     script.write_text(
         f"#!{sys.executable}\n"
         "import subprocess, sys\n"
-        f"for port in ({port}, {other_port}):\n"
+        f"for port, apart in (({port}, False), ({other_port}, False), ({port}, True)):\n"
         "    child = subprocess.Popen(\n"
         f"        [sys.executable, '-c', {app!r}, 'flwr-clientapp', '--runtime-api-address',\n"
         "         f'127.0.0.1:{port}', '--token', 't', '--insecure'],\n"
         "        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,\n"
-        "        stderr=subprocess.DEVNULL, start_new_session=True)\n"
+        "        stderr=subprocess.DEVNULL, start_new_session=apart)\n"
         f"    with open({str(tmp_path / 'pids')!r}, 'a') as h:\n"
         "        h.write(f'{child.pid}\\n')\n"
     )
@@ -82,14 +84,16 @@ def test_clientapps_left_behind_by_the_node_are_stopped_and_others_kept(
             text=True,
             timeout=60,
             env=env,
+            start_new_session=True,  # its own process group, as a job of a shell or a service
         )
         pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
-        own, others = pids
+        own, other_port, other_group = pids
         assert done.returncode == 0
-        assert f"left behind by this SuperNode: {own}" in done.stderr
+        assert f"left behind by this SuperNode: {own}\n" in done.stderr
         time.sleep(0.5)
         assert not _alive(own)  # SIGTERM ignored: killed after its grace
-        assert _alive(others)  # another node's ClientApp is not touched
+        assert _alive(other_port)  # another node's ClientApp is not touched
+        assert _alive(other_group)  # nor one of this port outside the script's process group
     finally:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
