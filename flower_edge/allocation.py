@@ -198,8 +198,9 @@ def initial_shares(
     Raises
     ------
     InputError
-        Empty node list, a bad ratio or capacity, ``total < 0``, or nodes with ratio > 0 whose
-        capacities cannot hold ``total``.
+        Empty node list, a bad ratio or capacity, ``total < 0``, nodes with ratio > 0 whose
+        capacities cannot hold ``total``, or (a guard, never seen) ratios whose range defeats
+        float arithmetic.
     """
     total = _check_total(total)
     if isinstance(ratios, str) or not hasattr(ratios, "__len__"):
@@ -220,7 +221,10 @@ def initial_shares(
     if total == 0:
         return (0,) * n
     if (m > 0).any():  # formula 7 depends on the ratios' proportions only: scale the largest
-        m = m / m.max()  # to 1, so that subnormal or huge ratios neither overflow nor vanish
+        # to 1, so that subnormal or huge ratios neither overflow nor vanish (one below the
+        # smallest float after scaling keeps the smallest, still > 0: it can still take samples)
+        tiny = np.finfo(np.float64).smallest_subnormal
+        m = np.where(m > 0, np.maximum(m / m.max(), tiny), 0.0)
     else:
         raise InputError(
             f"ratios: no node has a match ratio > 0, so total={total} samples cannot be split "
@@ -244,10 +248,20 @@ def initial_shares(
         lam_i = (total - cum_cap) / rest_m
     first = int(np.argmax(lam_i <= t_sorted))  # a suffix with lam below every threshold exists
     exact = np.zeros(n)
-    exact[idx] = np.minimum(cap[idx], lam_i[first] * m[idx])
+    if math.isfinite(lam_i[first]):
+        exact[idx] = np.minimum(cap[idx], lam_i[first] * m[idx])
+    else:  # the unsaturated ratios sum to a subnormal: lam overflows, their proportions do not
+        rest = total - cum_cap[first]
+        exact[idx] = np.minimum(cap[idx], rest * (m[idx] / rest_m[first]))
     exact = np.minimum(exact, cap)
     room = usable & (np.floor(exact) < cap)
-    return tuple(_largest_remainder(exact, total, room))
+    out = _largest_remainder(exact, total, room)
+    if sum(out) != total or any(not 0 <= v <= c for v, c in zip(out, cap, strict=True)):
+        raise InputError(  # never a silent wrong split; the ratios' range defeats float maths
+            f"ratios: their range ({float(np.min(m[m > 0])):g} to 1 after scaling the largest "
+            f"to 1) is too wide to split total={total} within the capacities"
+        )
+    return tuple(out)
 
 
 # ---------------------------------------------------------------- formula 8

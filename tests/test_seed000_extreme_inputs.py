@@ -59,6 +59,23 @@ def test_initial_shares_total_exact_at_the_largest_total() -> None:
         assert abs(got - exact) <= 1
 
 
+@pytest.mark.parametrize(
+    ("ratios", "capacities", "expected"),
+    [
+        ([1e-20, 1e300], [None, 5], (5, 5)),  # was (-9223372036854775807, 6)
+        ([1e-320, 1.0], [None, 5], (5, 5)),  # was the same garbage (before: OverflowError)
+        ([1e-20, 1e308], [None, 5], (5, 5)),  # ratio 1e-328 after scaling: 'can hold 5'
+        ([1e-320, 1.0, 1e-321], [None, 5, None], (5, 5, 0)),  # the rest split 10 : 1
+    ],
+)
+def test_initial_shares_fill_a_node_of_a_tiny_ratio_when_the_others_are_full(
+    ratios: list[float], capacities: list[int | None], expected: tuple[int, ...]
+) -> None:
+    """Found by a code review: scaling the largest ratio to 1 made a tiny one subnormal (its
+    water level overflowed) or 0 (no longer a node with ratio > 0)."""
+    assert initial_shares(10, ratios, capacities) == expected
+
+
 @pytest.mark.parametrize("ratios", [None, 3, "abc"])
 def test_initial_shares_names_ratios_of_the_wrong_type(ratios: object) -> None:
     with pytest.raises(InputError, match="ratios must be a sequence"):
