@@ -221,10 +221,12 @@ def initial_shares(
     if total == 0:
         return (0,) * n
     if (m > 0).any():  # formula 7 depends on the ratios' proportions only: scale the largest
-        # to 1, so that subnormal or huge ratios neither overflow nor vanish (one below the
-        # smallest float after scaling keeps the smallest, still > 0: it can still take samples)
+        # into [0.5, 1), so that subnormal or huge ratios neither overflow nor vanish; by a
+        # power of two, which is exact: ordinary ratios split bit for bit as unscaled (one
+        # below the smallest float after scaling keeps the smallest: it can still take samples)
+        exponent = math.frexp(float(m.max()))[1]
         tiny = np.finfo(np.float64).smallest_subnormal
-        m = np.where(m > 0, np.maximum(m / m.max(), tiny), 0.0)
+        m = np.where(m > 0, np.maximum(np.ldexp(m, -exponent), tiny), 0.0)
     else:
         raise InputError(
             f"ratios: no node has a match ratio > 0, so total={total} samples cannot be split "
@@ -258,8 +260,8 @@ def initial_shares(
     out = _largest_remainder(exact, total, room)
     if sum(out) != total or any(not 0 <= v <= c for v, c in zip(out, cap, strict=True)):
         raise InputError(  # never a silent wrong split; the ratios' range defeats float maths
-            f"ratios: their range ({float(np.min(m[m > 0])):g} to 1 after scaling the largest "
-            f"to 1) is too wide to split total={total} within the capacities"
+            f"ratios: their range (the smallest {float(np.min(m[m > 0]) / m.max()):g} of the "
+            f"largest) is too wide to split total={total} within the capacities"
         )
     return tuple(out)
 

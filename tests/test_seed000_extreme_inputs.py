@@ -76,6 +76,18 @@ def test_initial_shares_fill_a_node_of_a_tiny_ratio_when_the_others_are_full(
     assert initial_shares(10, ratios, capacities) == expected
 
 
+def test_initial_shares_of_ordinary_ratios_are_those_computed_unscaled() -> None:
+    """Found by a code review: dividing the ratios by their largest rounded the water levels
+    differently, and about 1 split in 400 of ordinary ratios gave a sample to another node
+    at a tie of fractional parts (here 1/3 each for nodes 1, 6 and 9), unlike the computation
+    the recorded figures were made with. Scaling by a power of two is exact."""
+    ratios = [0.7, 0.1, 0.0, 0.6, 0.3, 0.6, 0.7, 0.9, 0.9, 0.4]
+    capacities = [10] + [None] * 9
+    expected = (10, 5, 0, 32, 16, 32, 38, 48, 48, 21)  # was (..., 37, 48, 48, 22)
+    assert initial_shares(250, ratios, capacities) == expected
+    assert initial_shares(250, [r * 2.0**-30 for r in ratios], capacities) == expected
+
+
 @pytest.mark.parametrize("ratios", [None, 3, "abc"])
 def test_initial_shares_names_ratios_of_the_wrong_type(ratios: object) -> None:
     with pytest.raises(InputError, match="ratios must be a sequence"):
