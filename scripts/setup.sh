@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Idempotent set-up: a virtual environment in .venv with torch (CPU wheel, 2.13.0) put in place
 # before the project, then the project itself in editable mode with its dev extra.
-# A second run installs nothing: it only checks that torch imports and that pyproject.toml has
-# not changed since the last install (a stamp file holds its hash).
+# Both installs take constraints.txt (exact versions). A second run installs nothing: it only
+# checks that torch imports and that pyproject.toml and constraints.txt have not changed since
+# the last install (a stamp file holds their hash).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
