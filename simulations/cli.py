@@ -17,7 +17,7 @@ name; an explicit ``--ray-address HOST:PORT`` must accept a TCP connection withi
 :data:`RAY_CONNECT_TIMEOUT` seconds (:func:`check_ray_address`). A one-line note on stderr
 says when ``--clients`` lowers the scenario's K, and when ``--cpus``, ``--ray-address`` or
 ``--threshold`` is ignored (``--engine inprocess``, ``--cpus`` with ``--ray-address``,
-``--threshold`` with ``--strategy fedavg``).
+``--threshold`` with ``--strategy fedavg`` or ``fedasync``, which take no K).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from flower_edge import validate
 from flower_edge.errors import InputError
@@ -101,8 +101,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="K",
-        help="edge and edge-seed aggregate when more than K updates are in, FedBuff at K; "
-        "1 <= K < clients (default: the scenario's, lowered with --clients)",
+        help="edge and edge-seed aggregate when more than K updates are in, FedBuff at K "
+        "(FedAvg and FedAsync have none); 1 <= K < clients (default: the scenario's, lowered "
+        "with --clients)",
     )
     p.add_argument(
         "--out",
@@ -206,9 +207,10 @@ def _settings(args: argparse.Namespace) -> list[SimSettings]:
         for name in resolve_strategies(args.strategy)
     ]
     k = runs[0].scenario.threshold
-    if all(s.strategy == "fedavg" for s in runs):  # FedAvg waits for every client: no K
+    if all(s.strategy in WITHOUT_K for s in runs):  # FedAvg and FedAsync have no K
         if args.threshold is not None:
-            _note(f"--threshold {args.threshold} is ignored by fedavg (it waits for every client)")
+            name = runs[0].strategy
+            _note(f"--threshold {args.threshold} is ignored by {name} ({WITHOUT_K[name]})")
     elif args.threshold is None and k != base.threshold:
         _note(
             f"--clients {args.clients} instead of the scenario's {base.num_clients}: K "
@@ -217,6 +219,13 @@ def _settings(args: argparse.Namespace) -> list[SimSettings]:
             "set --threshold to choose K"
         )
     return runs
+
+
+#: the strategies that take no K, and what they aggregate instead
+WITHOUT_K: Final[dict[str, str]] = {
+    "fedavg": "it waits for every client",
+    "fedasync": "it aggregates every update",
+}
 
 
 def _note(text: str) -> None:

@@ -237,6 +237,9 @@ def test_a_ray_run_drops_only_the_run_simulation_deprecation(
     [
         (["--strategy", "fedavg", "--threshold", "2"], "--threshold 2 is ignored by fedavg"),
         (["--strategy", "fedavg"], None),  # no "K lowered" note: FedAvg has no K
+        # found by a code review: FedAsync has no K either (it aggregates every update)
+        (["--strategy", "fedasync", "--threshold", "2"], "--threshold 2 is ignored by fedasync"),
+        (["--strategy", "fedasync"], None),
         (["--strategy", "fedbuff"], "K lowered from 4 to 1"),
         (["--strategy", "all", "--threshold", "2"], None),  # the others use it
     ],
