@@ -26,10 +26,12 @@ export FLWR_TELEMETRY_ENABLED="${FLWR_TELEMETRY_ENABLED:-0}"
 export FLWR_DISABLE_UPDATE_CHECK="${FLWR_DISABLE_UPDATE_CHECK:-1}"
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="${FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION:-1}"
 
-usage() { sed -n '5,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+# the comment from its Usage line, without its '# ' marks (it ends at the first line of code)
+header() { sed -n '5,/^[^#]/{/^#/s/^# \{0,1\}//p;}' "$0"; }
+usage() { header >&2; exit 2; }
 # shellcheck source=deploy/checks.sh
 source "$here/checks.sh"
-help() { sed -n '5,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+help() { header; exit 0; }
 need() { [ "$#" -ge 2 ] && [ -n "$2" ] || { echo "start-superlink: $1 needs a value" >&2; usage; }; }
 host="127.0.0.1"; port="9092"; certs=""; insecure=0; auth=0; database=""; in_memory=0
 while [ "$#" -gt 0 ]; do

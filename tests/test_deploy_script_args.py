@@ -51,6 +51,20 @@ def test_bad_arguments_exit_2_naming_the_option(script: str, args: list[str], me
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize(
+    "script", ["start-superlink.sh", "start-supernode.sh", "add-connection.sh", "gen-certs.sh"]
+)
+def test_help_ends_with_the_last_line_of_the_header_comment(script: str) -> None:
+    """Found by a code review: start-superlink.sh --help printed lines 5-18 of a header that
+    ends at line 19, leaving out its 'Environment: FLOWER_EDGE_VENV' line."""
+    lines = (DEPLOY / script).read_text().splitlines()[1:]
+    header = lines[: next(i for i, line in enumerate(lines) if not line.startswith("#"))]
+    done = _run(script, "--help")
+    assert done.returncode == 0
+    last = header[-1].removeprefix("#").removeprefix(" ")  # the '# ' marks
+    assert done.stdout.splitlines()[-1] == last
+
+
 def test_gen_certs_help_prints_the_usage_and_exits_0() -> None:
     for flag in ("--help", "-h"):
         done = _run("gen-certs.sh", flag)
