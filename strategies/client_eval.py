@@ -81,14 +81,18 @@ def aggregate_evaluate_replies(
         got = None if metrics is None else metrics.get(count)
         weight = _weight(got)
         if weight is None:
+            missing = metrics is None or count not in metrics
             log(
                 WARNING,
                 "evaluate reply of node %s skipped: %s must be an integer > 0 (as train "
                 "replies: 140 or 140.0), got %r%s",
                 node,
-                count,
+                # a key of neither name: both are named, as a train reply's rejection does
+                f"{weight_key!r} (weighted_by_key) or {count}"
+                if missing and weight_key != wire.NUM_EXAMPLES
+                else count,
                 got,
-                "" if metrics is None or count in metrics else f" (its metrics: {sorted(metrics)})",
+                f" (its metrics: {sorted(metrics)})" if missing and metrics is not None else "",
             )
             continue
         assert metrics is not None

@@ -126,3 +126,16 @@ def test_a_reply_without_metrics_names_the_key_it_needs() -> None:
     reply = Message(RecordDict({"arrays": model(0.0)}), reply_to=msg)
     with pytest.raises(InputError, match=r"reply has no MetricRecord \(needs 'num_examples'\)"):
         parse_train_reply(reply, ["w", "steps"], KEY)
+
+
+def test_an_evaluate_reply_without_the_count_names_weighted_by_key() -> None:
+    """Found by a code review: with weighted_by_key="n" an evaluate reply holding neither
+    'n' nor 'num-examples' was skipped naming only num-examples (a train reply names both)."""
+    from strategies.client_eval import aggregate_evaluate_replies
+
+    query = Message(RecordDict({}), 1001, "evaluate")
+    reply = Message(RecordDict({"m": MetricRecord({"eval_acc": 0.5, "count": 10})}), reply_to=query)
+    with flwr_logs() as caplog:
+        assert aggregate_evaluate_replies([reply], weight_key="n") is None
+    assert "skipped: 'n' (weighted_by_key) or num-examples must be an integer > 0" in caplog.text
+    assert "(its metrics: ['count', 'eval_acc'])" in caplog.text
