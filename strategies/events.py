@@ -104,6 +104,11 @@ class EventQueue:
 
         That is a reply, or the deadline of a message in ``open_ids`` (its reply not
         processed yet): a deadline of an answered message does nothing when it fires.
+
+        Parameters
+        ----------
+        open_ids : Container[str]
+            Message ids sent and not answered yet (:attr:`Dispatcher.open`).
         """
         return any(
             isinstance(event, ReplyEvent) or event.sent.message_id in open_ids

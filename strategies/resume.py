@@ -143,6 +143,24 @@ def conform_arrays(
     2026-12-03 stored 0-d arrays as 1-d). ``same_dtypes=False`` checks shapes only (the
     moving average is kept in float64).
 
+    Parameters
+    ----------
+    arrays : Sequence[NDArray]
+        The checkpoint's arrays, in the order of ``keys``.
+    model : Sequence[NDArray]
+        The served model's arrays (the reference shapes and dtypes).
+    keys : Sequence[str]
+        The arrays' names, for the message.
+    where : str
+        The checkpoint folder, for the message.
+    same_dtypes : bool (default: True)
+        Whether the dtypes must match too.
+
+    Returns
+    -------
+    list of NDArray
+        ``arrays``, 0-d where the model's are.
+
     Raises
     ------
     ConfigError
