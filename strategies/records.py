@@ -232,7 +232,7 @@ def parse_train_reply(
     if metrics is None:
         raise InputError(f"reply has no MetricRecord (needs {weight_key!r})")
     drop_in = wire.DONE not in metrics and wire.JOB_ID not in metrics
-    count_key, num_examples = _count(metrics, weight_key if drop_in else wire.NUM_EXAMPLES)
+    count_key, num_examples = _count(metrics, weight_key if drop_in else wire.NUM_EXAMPLES, drop_in)
     done_flag = _number(metrics, wire.DONE, integer=True)
     done = True if done_flag is None else bool(done_flag)
     if done_flag is not None and done_flag not in (0, 1):
@@ -284,14 +284,18 @@ def parse_train_reply(
     )
 
 
-def _count(metrics: MetricRecord, weight_key: str) -> tuple[str, int]:
+def _count(metrics: MetricRecord, weight_key: str, drop_in: bool) -> tuple[str, int]:
     """Return the example count's key and value: ``weight_key``, else ``num-examples``.
 
-    Raises InputError naming the key (and the metrics the reply has, when it is missing).
+    Raises InputError naming the key (and the metrics the reply has, when it is missing; a
+    plain ClientApp's reply, ``drop_in``, is pointed to ``weighted_by_key``, which a
+    flower-edge client's reply does not follow).
     """
     key = weight_key if weight_key in metrics else wire.NUM_EXAMPLES
     if key not in metrics:
         has = ", ".join(repr(k) for k in sorted(metrics)[:8]) or "none"
+        if not drop_in:
+            raise InputError(f"reply metric {key!r} is missing (its metrics: {has})")
         if weight_key == wire.NUM_EXAMPLES:
             hint = "; name your ClientApp's key of the example count with weighted_by_key=..."
             raise InputError(f"reply metric {key!r} is missing (its metrics: {has}){hint}")

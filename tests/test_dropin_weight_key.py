@@ -139,3 +139,22 @@ def test_an_evaluate_reply_without_the_count_names_weighted_by_key() -> None:
         assert aggregate_evaluate_replies([reply], weight_key="n") is None
     assert "skipped: 'n' (weighted_by_key) or num-examples must be an integer > 0" in caplog.text
     assert "(its metrics: ['count', 'eval_acc'])" in caplog.text
+
+
+def test_a_protocol_reply_without_num_examples_is_not_pointed_to_weighted_by_key() -> None:
+    """Found by a code review: weighted_by_key applies to a plain ClientApp's replies only,
+    yet a flower-edge protocol reply (done, job-id) without num-examples was told to name
+    its count key with weighted_by_key."""
+    from clients.testing import instruction
+    from flower_edge import wire
+    from flower_edge.errors import InputError
+    from strategies.records import parse_train_reply
+
+    query = instruction(RecordDict({}), "train", 1001)
+    metrics = MetricRecord({wire.DONE: 1, wire.JOB_ID: 3, wire.BASE_VERSION: 0})
+    reply = Message(RecordDict({wire.METRICS: metrics}), reply_to=query)
+    with pytest.raises(InputError) as info:
+        parse_train_reply(reply, ["w"], "examples")
+    assert str(info.value) == (
+        "reply metric 'num-examples' is missing (its metrics: 'base-version', 'done', 'job-id')"
+    )
