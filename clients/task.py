@@ -4,8 +4,10 @@ Local training runs on a deterministic *sample stream*: the node's training samp
 seeded permutation per epoch, epochs concatenated as needed. A job of ``share`` samples consumes
 the first ``share`` samples of its stream in batches of ``batch_size``; batch ``k`` always covers
 stream positions ``[k*B, min((k+1)*B, share))``, so a job trained in several slices sees exactly
-the batches of a job trained at once. The stream depends only on (seed, node, job key); the
-ClientApp uses the node's partition id as "node" when it has one (node ids are random per run).
+the batches of a job trained at once. In a model with BatchNorm layers (which cannot train on a
+single sample), a last batch of one sample is trained with the batch before it (``B + 1``).
+The stream depends only on (seed, node, job key); the ClientApp uses the node's partition id as
+"node" when it has one (node ids are random per run).
 """
 
 from __future__ import annotations
@@ -199,6 +201,10 @@ def _batch(data: Dataset[Any], idx: torch.Tensor, where: str) -> tuple[torch.Ten
     return x, y
 
 
+def _has_batch_norm(model: nn.Module) -> bool:
+    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+
+
 def _where(kind: str, start: int) -> str:
     if start == 0:
         return f"the first batch of {kind} data"
@@ -302,6 +308,8 @@ def train_slice(
     move = device is not None and device.type != "cpu"
     while pos < share:
         size = min(batch_size, share - pos)
+        if share - pos - size == 1 and size > 1 and _has_batch_norm(model):
+            size += 1  # BatchNorm cannot train on a batch of one sample: the tail joins it
         if left is not None and size > left:
             break
         if deadline is not None and trained_batches > 0 and time.perf_counter() >= deadline:

@@ -404,3 +404,38 @@ def test_local_epochs_are_bounded_like_a_share(epochs: int) -> None:
         ClientSettings.from_run_config({"local-epochs": epochs}, task)
     with pytest.raises(ConfigError, match="local_epochs"):
         Task(model_fn=lambda: nn.Linear(2, 2), load_data=lambda ctx: ([], []), local_epochs=epochs)
+
+
+@pytest.mark.parametrize(("share", "local_samples"), [(33, 50), (None, 33)])
+def test_batchnorm_job_never_trains_a_one_sample_batch(
+    share: int | None, local_samples: int
+) -> None:
+    # a share (or local data) of k*B + 1 samples left a last batch of one sample, on which
+    # BatchNorm1d raises in training mode: the whole job failed
+    train, test = _data(n_train=local_samples)
+    task = Task(model_fn=BatchNormMLP, load_data=lambda ctx: (train, test), batch_size=32)
+    cfg = {wire.JOB_ID: 1, wire.GLOBAL_VERSION: 0, wire.SAMPLE_SHARE: share}
+    if share is None:
+        cfg = {}  # a plain Flower message: one epoch of the local data
+    reply = build_client_app(task)(_train_msg(cfg, _global(BatchNormMLP)), node_context(NODE))
+    assert _metrics(reply)[wire.NUM_EXAMPLES] == 33
+
+
+def test_batchnorm_tail_keeps_three_slices_equal_one() -> None:
+    torch.set_num_threads(1)
+    task = _task(BatchNormMLP)
+    g = _global(BatchNormMLP)
+    timer = FixedRateTimer(rate=10.0)
+    cfg = {wire.JOB_ID: 2, wire.GLOBAL_VERSION: 0, wire.SAMPLE_SHARE: 49, wire.SEND_TIME: 0.0}
+    one = build_client_app(task, timer_fn=lambda ctx: timer)(_train_msg(cfg, g), node_context(NODE))
+    sliced_app = build_client_app(task, timer_fn=lambda ctx: timer)
+    ctx = node_context(NODE)
+    first = {**cfg, wire.SLICE_BUDGET: 2.0}  # grants of 20 samples: batches 16, then 16 + 17
+    later = {k: v for k, v in first.items() if k != wire.SAMPLE_SHARE}
+    replies = [sliced_app(_train_msg(first, g), ctx)]
+    while _metrics(replies[-1])[wire.DONE] == 0:
+        replies.append(sliced_app(_train_msg(later, None), ctx))
+    assert [_metrics(r)[wire.SAMPLES_PROCESSED] for r in replies] == [16, 32, 49]
+    a, b = _weights(one), _weights(replies[-1])
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
