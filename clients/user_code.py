@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 from flwr.app import Context
 from torch import nn
@@ -38,6 +39,33 @@ def _map_style(data: object) -> bool:
     return hasattr(data, "__len__") and hasattr(data, "__getitem__")
 
 
+def _is_array(value: object) -> bool:
+    return isinstance(value, torch.Tensor | np.ndarray)
+
+
+def _refuse_bare_arrays(name: str, data: object) -> None:
+    """Refuse arrays where a data set of ``(features, label)`` items belongs.
+
+    A tensor, or a ``(features, labels)`` pair of tensors, has ``__len__`` and
+    ``__getitem__`` too, but its items are rows (or whole arrays), not samples: training
+    failed later on with a collate error that did not name the cause.
+    """
+    if _is_array(data):
+        shape = list(getattr(data, "shape", ()))
+        raise TaskError(
+            f"load_data's {name} data must be a data set of (features, label) items, got a "
+            f"bare {type(data).__name__} of shape {shape}: wrap features and labels in "
+            f"torch.utils.data.TensorDataset(features, labels)"
+        )
+    if isinstance(data, tuple | list) and len(data) > 0 and _is_array(data[0]):
+        shapes = ", ".join(str(list(getattr(a, "shape", ()))) for a in data[:3])
+        raise TaskError(
+            f"load_data's {name} data must be a data set of (features, label) items, got a "
+            f"{type(data).__name__} of {len(data)} arrays (shapes {shapes}): wrap features "
+            f"and labels in torch.utils.data.TensorDataset(features, labels)"
+        )
+
+
 def call_load_data(
     load_data: Callable[[Context], Any], ctx: Context
 ) -> tuple[Dataset[Any], Dataset[Any]]:
@@ -61,6 +89,7 @@ def call_load_data(
             got = f"a {got} of {len(loaded)} items"
         raise TaskError(f"load_data must return (train, test), got {got}")
     for name, data in zip(("train", "test"), loaded, strict=True):
+        _refuse_bare_arrays(name, data)
         if not _map_style(data):
             raise TaskError(
                 f"load_data's {name} data must be a map-style data set (with __len__ and "

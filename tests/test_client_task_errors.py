@@ -86,6 +86,19 @@ _Y = TRAIN.tensors[1]
         ),
         ({"load_data": lambda ctx: 1 / 0}, "load_data raised ZeroDivisionError: division by zero"),
         ({"load_data": lambda ctx: (TRAIN, 3)}, "load_data's test data must be a map-style"),
+        (  # found by a new-user probe: a stack error from the collate, naming nothing
+            {"load_data": lambda ctx: ((_X, _Y), TRAIN)},
+            r"load_data's train data must be a data set of \(features, label\) items, got a "
+            r"tuple of 2 arrays \(shapes \[40, 8\], \[40\]\): wrap .*TensorDataset",
+        ),
+        (
+            {"load_data": lambda ctx: (TRAIN, [_X.numpy(), _Y.numpy()])},
+            r"load_data's test data .*got a list of 2 arrays",
+        ),
+        (
+            {"load_data": lambda ctx: (_X, TRAIN)},
+            r"load_data's train data .*got a bare Tensor of shape \[40, 8\]",
+        ),
         ({"model_fn": _boom}, "model_fn raised RuntimeError: my model factory broke"),
         ({"model_fn": lambda: None}, r"model_fn must return a torch.nn.Module, got NoneType"),
         (
