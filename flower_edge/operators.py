@@ -77,8 +77,10 @@ from flower_edge.errors import InputError
 
 __all__ = [
     "DATA_MOVEMENT",
+    "INPUT_DTYPES",
     "PER_INPUT",
     "PER_OUTPUT",
+    "InputDtype",
     "ModelProfile",
     "OperatorCost",
     "Share",
@@ -92,6 +94,9 @@ logger = getLogger(__name__)
 Kind = Literal["compute", "memory"]
 Share = Literal["count", "flops"]
 SHARES: tuple[str, ...] = get_args(Share)
+#: dtypes of the example batch of :func:`compute_share_of` (``flower-edge analyze --input-dtype``)
+InputDtype = Literal["float32", "float64", "int64"]
+INPUT_DTYPES: tuple[str, ...] = get_args(InputDtype)
 
 
 @dataclass(frozen=True)
@@ -613,6 +618,7 @@ def compute_share_of(
     input_shape: Sequence[int],
     *,
     share: Share = "count",
+    input_dtype: InputDtype = "float32",
 ) -> float:
     """Return ``p_c`` of a model: its compute-intensive operator share on one training step.
 
@@ -631,6 +637,9 @@ def compute_share_of(
         ``>= 1``.
     share : {"count", "flops"} (default: "count")
         How ``p_c`` is counted: by operators (the seed) or by FLOPs.
+    input_dtype : {"float32", "float64", "int64"} (default: "float32")
+        dtype of the example batch (zeros): ``"int64"`` for a model that takes integer
+        inputs, such as the token ids of an ``nn.Embedding``.
 
     Returns
     -------
@@ -643,6 +652,7 @@ def compute_share_of(
         A factory that does not return a module, a bad ``input_shape``, or any reason of
         :func:`analyze_model`.
     """
+    validate.choice("input_dtype", input_dtype, INPUT_DTYPES, error=InputError)
     shape = tuple(input_shape)
     if len(shape) < 2 or not all(
         isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in shape
@@ -654,7 +664,8 @@ def compute_share_of(
     built = model if isinstance(model, nn.Module) else model()
     if not isinstance(built, nn.Module):
         raise InputError(f"model factory must return a torch.nn.Module, got {type(built).__name__}")
-    return analyze_model(built, torch.zeros(shape), share=share).compute_share
+    example = torch.zeros(shape, dtype=getattr(torch, input_dtype))
+    return analyze_model(built, example, share=share).compute_share
 
 
 def _profile(

@@ -43,6 +43,10 @@ REBALANCE_METHODS: tuple[str, ...] = get_args(RebalanceMethod)
 ZeroRatio = Literal["equal", "none"]
 #: what a profiled node whose match ratio is 0 trains (``ShareConfig.zero_ratio``)
 ZERO_RATIOS: tuple[str, ...] = get_args(ZeroRatio)
+#: dtype of the operator analysis' example batch (``ShareConfig.input_dtype``; the same as
+#: :data:`flower_edge.operators.INPUT_DTYPES`, which imports torch)
+InputDtype = Literal["float32", "float64", "int64"]
+INPUT_DTYPES: tuple[str, ...] = get_args(InputDtype)
 ValuationMode = Literal["loo", "first-order", "off"]
 VALUATION_MODES: tuple[str, ...] = get_args(ValuationMode)
 WeightBasis = Literal["share", "num-examples", "uniform"]
@@ -195,6 +199,9 @@ class ShareConfig:
         The served model, or a factory returning it (``"auto"`` only).
     input_shape : tuple of int, optional
         Shape of one training batch of ``model``, batch first, e.g. ``(32, 64)``.
+    input_dtype : {"float32", "float64", "int64"} (default: "float32")
+        dtype of that batch (zeros): ``"int64"`` for a model whose input is integer ids,
+        such as the tokens of an ``nn.Embedding``.
     order_invariant : bool (default: False)
         Average the radar area over axis orders instead of the seed's C-G-M-D order.
     drop_empty_axes : bool (default: False)
@@ -239,6 +246,7 @@ class ShareConfig:
     compute_share: float | Literal["auto"] = "auto"
     model: Any = None
     input_shape: tuple[int, ...] | None = None
+    input_dtype: InputDtype = "float32"
     order_invariant: bool = False
     drop_empty_axes: bool = False
     zero_ratio: ZeroRatio = "equal"
@@ -280,6 +288,7 @@ class ShareConfig:
                     "input_shape must be a tuple of at least 2 ints >= 1 (one training batch, "
                     f"batch first, e.g. (32, 64)), got {shape!r}"
                 )
+        _choice("input_dtype", self.input_dtype, INPUT_DTYPES)
         validate.boolean("order_invariant", self.order_invariant)
         validate.boolean("drop_empty_axes", self.drop_empty_axes)
         if self.model is not None and not callable(self.model):

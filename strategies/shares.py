@@ -125,7 +125,9 @@ class SharePlanner:
         except InputError as exc:
             raise ConfigError(
                 f"ShareConfig model and input_shape {cfg.input_shape}: the operator analysis "
-                f"of the served model failed: {exc}"
+                f"of the served model on a batch of {cfg.input_dtype} zeros failed: {exc} "
+                f"(input_dtype='int64' for a model of integer inputs such as token ids; or "
+                f"give compute_share, p_c in [0, 1], instead of 'auto')"
             ) from exc
 
     def compute_share(self) -> float:
@@ -145,7 +147,9 @@ class SharePlanner:
             else:
                 from flower_edge.operators import compute_share_of  # imports torch
 
-                self.resolved_share = compute_share_of(cfg.model, cfg.input_shape)
+                self.resolved_share = compute_share_of(
+                    cfg.model, cfg.input_shape, input_dtype=cfg.input_dtype
+                )
                 log(INFO, "%s: p_c = %.3f from the served model", self.name, self.resolved_share)
         return self.resolved_share
 

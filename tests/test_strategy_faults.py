@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -565,6 +566,36 @@ def test_a_model_that_does_not_fit_its_input_shape_fails_before_any_message() ->
     with pytest.raises(ConfigError, match=r"ShareConfig model and input_shape \(32, 63\)"):
         strategy.start(grid, model(0.0), num_rounds=1)
     assert grid.pushed == []
+
+
+class _TokenModel:
+    """A model of token ids (nn.Embedding): the analysis cannot run it on float zeros."""
+
+    def __new__(cls) -> Any:  # a factory
+        import torch
+
+        return torch.nn.Sequential(
+            torch.nn.Embedding(100, 16), torch.nn.Flatten(), torch.nn.Linear(12 * 16, 10)
+        )
+
+
+def test_a_model_of_integer_inputs_is_analysed_with_input_dtype_int64() -> None:
+    """Found by a new-user probe: ShareConfig ran the operator analysis on float32 zeros
+    only, so a model of token ids (nn.Embedding) could not get p_c from the analysis, and
+    the error did not say why nor what to do."""
+    grid = InProcessGrid(ToyEdge(), 4)
+    shares = ShareConfig(profile=False, model=_TokenModel, input_shape=(8, 12))
+    strategy = EdgeStrategy(threshold=2, clock=virtual(), shares=shares)
+    with pytest.raises(ConfigError, match=r"float32 zeros failed: .*input_dtype='int64'"):
+        strategy.start(grid, model(0.0), num_rounds=1)
+    ints = ShareConfig(profile=False, model=_TokenModel, input_shape=(8, 12), input_dtype="int64")
+    from strategies.shares import SharePlanner
+
+    planner = SharePlanner(grid, virtual(), ints, 0.05, "edge")
+    planner.check_model()
+    assert 0.0 < planner.compute_share() < 1.0
+    with pytest.raises(ConfigError, match="input_dtype must be one of"):
+        ShareConfig(input_dtype="int32")  # type: ignore[arg-type]
 
 
 def test_an_unusable_checkpoint_dir_is_named(tmp_path) -> None:  # type: ignore[no-untyped-def]
