@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, get_args
 
@@ -190,9 +190,21 @@ def _batch(data: Dataset[Any], idx: torch.Tensor, where: str) -> tuple[torch.Ten
         if isinstance(data, TensorDataset):
             return data.tensors[0][idx], data.tensors[1][idx]
         items = default_collate([data[int(i)] for i in idx])
-        x, y = items[0], items[1]
     except Exception as exc:
         raise TaskError(f"reading {where} from load_data's data raised {describe(exc)}") from exc
+    if isinstance(items, Mapping) or not isinstance(items, Sequence) or len(items) < 2:
+        got = (
+            f"dicts with keys {sorted(map(str, items))}"
+            if isinstance(items, Mapping)
+            else f"single {type(items).__name__}s"
+            if not isinstance(items, Sequence)
+            else f"{len(items)}-item {type(items).__name__}s"
+        )
+        raise TaskError(
+            f"the items of load_data's data must be (features, label) pairs, got {got} "
+            f"({where}); return (features, label) from __getitem__"
+        )
+    x, y = items[0], items[1]
     if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
         raise TaskError(
             f"the items of load_data's data must be (features, label) tensors or numbers, "

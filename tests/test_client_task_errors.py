@@ -9,7 +9,7 @@ import pytest
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from torch import nn
-from torch.utils.data import TensorDataset
+from torch.utils.data import Dataset, TensorDataset
 
 from clients.app import ERROR_CODE, build_client_app
 from clients.task import Task
@@ -72,6 +72,26 @@ def _with(x: torch.Tensor | None = None, y: torch.Tensor | None = None) -> Calla
     return lambda ctx: (data, data)
 
 
+class _DictItems(Dataset[Any]):
+    """Items as dicts (the shape of a Hugging Face data set's rows)."""
+
+    def __len__(self) -> int:
+        return 40
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {"x": TRAIN.tensors[0][i], "label": int(TRAIN.tensors[1][i])}
+
+
+class _FeatureItems(Dataset[Any]):
+    """Items of features only, no label."""
+
+    def __len__(self) -> int:
+        return 40
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return TRAIN.tensors[0][i]
+
+
 _X = TRAIN.tensors[0]
 _Y = TRAIN.tensors[1]
 
@@ -98,6 +118,15 @@ _Y = TRAIN.tensors[1]
         (
             {"load_data": lambda ctx: (_X, TRAIN)},
             r"load_data's train data .*got a bare Tensor of shape \[40, 8\]",
+        ),
+        (  # found by a new-user probe: "KeyError: 0", naming neither the items nor the fix
+            {"load_data": lambda ctx: (_DictItems(), TRAIN)},
+            r"the items of load_data's data must be \(features, label\) pairs, got dicts with "
+            r"keys \['label', 'x'\] \(the first batch of train data\)",
+        ),
+        (
+            {"load_data": lambda ctx: (_FeatureItems(), TRAIN)},
+            r".*must be \(features, label\) pairs, got single Tensors",
         ),
         ({"model_fn": _boom}, "model_fn raised RuntimeError: my model factory broke"),
         ({"model_fn": lambda: None}, r"model_fn must return a torch.nn.Module, got NoneType"),
