@@ -157,8 +157,8 @@ def _loss_failed(
         if high >= classes or low < 0:
             bad = high if high >= classes else low
             return f"label {bad} is outside the model's {classes} outputs ({where})"
-    if y.is_floating_point():
-        return (
+    if y.is_floating_point() or (integer and y.dtype != torch.int64):
+        return (  # e.g. int32 labels, numpy's default integer on Windows
             f"labels of dtype {str(y.dtype).removeprefix('torch.')} do not fit the loss "
             f"(class labels are integers, torch.int64): {describe(exc)} ({where})"
         )

@@ -143,6 +143,11 @@ _Y = TRAIN.tensors[1]
             {"load_data": _with(y=_Y.float())},
             r"labels of dtype float32 do not fit the loss .*\(the first batch of train data\)",
         ),
+        (  # found by a new-user probe: "the loss failed ...", without the cause
+            {"load_data": _with(y=_Y.int())},
+            r"labels of dtype int32 do not fit the loss \(class labels are integers, "
+            r"torch.int64\): .*\(the first batch of train data\)",
+        ),
         (
             {"load_data": _with(x=_X.double())},
             r"features of dtype float64 do not match the model's float32 weights",
