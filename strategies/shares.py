@@ -126,8 +126,8 @@ class SharePlanner:
             raise ConfigError(
                 f"ShareConfig model and input_shape {cfg.input_shape}: the operator analysis "
                 f"of the served model on a batch of {cfg.input_dtype} zeros failed: {exc} "
-                f"(input_dtype='int64' for a model of integer inputs such as token ids; or "
-                f"give compute_share, p_c in [0, 1], instead of 'auto')"
+                f"(input_dtype='float64' or 'int64' for a model of other inputs, e.g. 'int64' "
+                f"for token ids; or give compute_share, p_c in [0, 1], instead of 'auto')"
             ) from exc
 
     def compute_share(self) -> float:
