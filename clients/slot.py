@@ -65,6 +65,8 @@ class ModelSlot:
                 raise InputError(
                     f"{what} do not fit the local model: missing {missing}, unexpected {extra}"
                 )
+        if any(nn.parameter.is_lazy(t) for t in expected.values()):
+            expected = self._materialize(arrays, what)
         for name, tensor in expected.items():
             shape = tuple(arrays[name].shape)
             if shape != tuple(tensor.shape):
@@ -79,6 +81,18 @@ class ModelSlot:
         with torch.no_grad():
             for name, tensor in self.tensors.items():
                 tensor.copy_(values[name])
+
+    def _materialize(self, arrays: ArrayRecord, what: str) -> dict[str, torch.Tensor]:
+        """Give a model's lazy parameters (``nn.LazyLinear``, ...) the shapes of ``arrays``.
+
+        Loading a state dict initialises them (their shape cannot be read before); the
+        parameter objects stay the same, so an optimizer built over them still holds them.
+        """
+        try:
+            self.model.load_state_dict(record_to_state_dict(arrays), strict=True)
+        except Exception as exc:  # the module's own load hooks
+            raise InputError(f"{what} do not fit the local model: {exc}") from exc
+        return self.state()
 
     def first_non_finite(self) -> str | None:
         """Return the name of the first weight or buffer holding NaN or Inf, else ``None``."""

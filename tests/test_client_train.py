@@ -439,3 +439,32 @@ def test_batchnorm_tail_keeps_three_slices_equal_one() -> None:
     a, b = _weights(one), _weights(replies[-1])
     for k in a:
         assert torch.equal(a[k], b[k]), k
+
+
+def _lazy_model() -> nn.Module:
+    return nn.Sequential(nn.LazyLinear(16), nn.ReLU(), nn.LazyLinear(4))
+
+
+def test_a_model_with_lazy_parameters_trains_and_evaluates() -> None:
+    """Found by a new-user probe: a model of ``nn.LazyLinear`` layers raised a raw
+    RuntimeError ("Can't access the shape of an uninitialized parameter") out of the
+    ClientApp: the arrays' shapes were checked against parameters that had none yet."""
+    torch.manual_seed(0)
+    initialised = _lazy_model()
+    initialised(torch.zeros(2, 8))
+    g = ArrayRecord(initialised.state_dict())
+    app = build_client_app(_task(_lazy_model))
+    ctx = node_context(NODE)
+    cfg = {wire.JOB_ID: 1, wire.GLOBAL_VERSION: 0, wire.SAMPLE_SHARE: 50}
+    trained = _weights(app(_train_msg(cfg, g), ctx))
+    assert not torch.equal(trained["0.weight"], torch.from_numpy(g["0.weight"].numpy()))
+    evaluated = app(instruction(RecordDict({wire.ARRAYS: g}), "evaluate", NODE), ctx)
+    assert _metrics(evaluated)[wire.NUM_EXAMPLES] == 20
+    # a fresh process (another slot) again, with arrays of the wrong width: a clear error
+    wide = _lazy_model()
+    wide(torch.zeros(2, 9))
+    bad = build_client_app(_task(_lazy_model))(
+        _train_msg(cfg, ArrayRecord(wide.state_dict())), node_context(NODE)
+    )
+    assert bad.has_error()
+    assert "features of shape [16, 8]" in bad.error.reason
