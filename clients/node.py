@@ -22,7 +22,7 @@ from clients.slot import ModelSlot
 from clients.task import Task, build_optimizer
 from clients.user_code import call_load_data, call_loss_fn, call_model_fn
 from flower_edge import validate, wire
-from flower_edge.errors import ConfigError, InputError
+from flower_edge.errors import ConfigError, InputError, TaskError
 from flower_edge.profiling.report import ResourceProbe
 from flower_edge.timing import DeviceTimer
 
@@ -162,6 +162,11 @@ class NodeRuntime:
         """Return a fresh-state optimizer over the slot's model (the instance is reused)."""
         t = self.task
         if slot.optimizer is None:
+            if not any(p.requires_grad for p in slot.model.parameters()):
+                raise TaskError(
+                    "model_fn's model has no trainable parameters (none with requires_grad): "
+                    "there is nothing to train"
+                )
             slot.optimizer = build_optimizer(
                 t.optimizer, slot.model.parameters(), s.learning_rate, t.momentum, t.weight_decay
             )

@@ -251,6 +251,24 @@ class SliceResult:
     credit: int
 
 
+def _train_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: nn.Module,
+    batch: tuple[torch.Tensor, torch.Tensor],
+    where: str,
+) -> float:
+    """Take one optimizer step on ``batch``; return its mean loss (TaskError if it fails)."""
+    optimizer.zero_grad()
+    _, loss = forward_loss(model, loss_fn, batch[0], batch[1], where)
+    try:
+        loss.backward()  # type: ignore[no-untyped-call]
+        optimizer.step()
+    except Exception as exc:  # e.g. an output cut off the graph, sparse grads with Adam
+        raise TaskError(f"training step failed: {describe(exc)} ({where})") from exc
+    return float(loss.detach())
+
+
 def train_slice(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -330,11 +348,7 @@ def train_slice(
         x, y = _batch(data, indices(pos, size), where)
         if move:
             x, y = x.to(device), y.to(device)
-        optimizer.zero_grad()
-        _, loss = forward_loss(model, loss_fn, x, y, where)
-        loss.backward()  # type: ignore[no-untyped-call]
-        optimizer.step()
-        loss_sum += float(loss.detach()) * size
+        loss_sum += _train_step(model, optimizer, loss_fn, (x, y), where) * size
         pos += size
         trained_batches += 1
         if left is not None:

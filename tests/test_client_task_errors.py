@@ -67,6 +67,22 @@ def _boom() -> nn.Module:
     raise RuntimeError("my model factory broke")
 
 
+class _DetachedMLP(MLP):
+    """Logits cut off the autograd graph: backward() fails."""
+
+    def __init__(self) -> None:
+        super().__init__(in_features=FEATURES, hidden=16, num_classes=CLASSES)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x).detach()
+
+
+def _frozen() -> nn.Module:
+    model = _model()
+    model.requires_grad_(False)
+    return model
+
+
 def _with(x: torch.Tensor | None = None, y: torch.Tensor | None = None) -> Callable[[Any], Any]:
     data = _data(x, y)
     return lambda ctx: (data, data)
@@ -127,6 +143,15 @@ _Y = TRAIN.tensors[1]
         (
             {"load_data": lambda ctx: (_FeatureItems(), TRAIN)},
             r".*must be \(features, label\) pairs, got single Tensors",
+        ),
+        (  # found by a new-user probe: a raw RuntimeError from backward() out of the app
+            {"model_fn": _frozen},
+            r"model_fn's model has no trainable parameters \(none with requires_grad\)",
+        ),
+        (  # found by a new-user probe: a raw RuntimeError out of the ClientApp
+            {"model_fn": _DetachedMLP},
+            r"training step failed: RuntimeError: element 0 of tensors does not require grad"
+            r".* \(the first batch of train data\)",
         ),
         ({"model_fn": _boom}, "model_fn raised RuntimeError: my model factory broke"),
         ({"model_fn": lambda: None}, r"model_fn must return a torch.nn.Module, got NoneType"),
