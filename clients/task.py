@@ -395,6 +395,11 @@ def evaluate_model(
         if device is not None:
             x, y = x.to(device), y.to(device)
         logits, loss = forward_loss(model, loss_fn, x, y, where)
+        if logits.dim() != 2:
+            raise TaskError(
+                f"evaluate needs the model's logits as [batch, classes], got shape "
+                f"{list(logits.shape)} ({where})"
+            )
         loss_sum += float(loss) * len(idx)
         correct += int((logits.argmax(dim=1) == y).sum())
     return EvalResult(n, loss_sum / n, correct / n)

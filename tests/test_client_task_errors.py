@@ -207,6 +207,30 @@ def test_evaluate_names_a_bad_label_of_the_test_data() -> None:
     )
 
 
+class _Regressor(MLP):
+    """One output per sample (a regression with MSELoss): no class logits to score."""
+
+    def __init__(self) -> None:
+        super().__init__(in_features=FEATURES, hidden=16, num_classes=CLASSES)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x).sum(dim=1)
+
+
+def test_evaluate_names_outputs_that_are_not_class_logits() -> None:
+    """Found by a new-user probe: a model of 1-D outputs trained (with its own loss) but
+    its evaluation raised a raw ``IndexError: Dimension out of range`` from argmax."""
+    targets = _data(y=_Y.float())
+    task = _task(model_fn=_Regressor, loss_fn=nn.MSELoss, load_data=lambda ctx: (targets, targets))
+    app = build_client_app(task)
+    assert not app(_msg(**{wire.SAMPLE_SHARE: 32}), node_context(NODE)).has_error()
+    reply = app(_msg("evaluate"), node_context(NODE))
+    assert reply.has_error()
+    assert "evaluate needs the model's logits as [batch, classes], got shape [40]" in (
+        reply.error.reason
+    )
+
+
 def test_a_node_recovers_when_its_task_works_again() -> None:
     """The failure leaves no state behind: load_data is called again on the next message."""
     calls: list[int] = []
