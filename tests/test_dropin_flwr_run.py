@@ -65,6 +65,23 @@ def test_the_diff_in_the_guide_is_the_apps_diff() -> None:
         assert line in guide.splitlines()
 
 
+def _evaluate_block(text: str) -> str:
+    """Return the lines of a log's "Aggregated ClientApp-side Evaluate Metrics" block."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if "ClientApp-side Evaluate Metrics" in line)
+    end = next(i for i in range(start, len(lines)) if "ServerApp-side Evaluate" in lines[i])
+    return "\n".join(lines[start:end])
+
+
+def test_the_guides_sample_log_has_fedavgs_evaluate_metrics() -> None:
+    # the guide says the aggregated evaluate metrics leave the weighting key out, as FedAvg's
+    # do (strategies.client_eval.aggregate_evaluate_replies): its sample log must show that
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "dropin.md").read_text()
+    block = _evaluate_block(guide)
+    assert "eval_acc" in block
+    assert "num-examples" not in block, block
+
+
 def test_clientapp_imports_nothing_from_flower_edge() -> None:
     for path in (PACKAGE / "client_app.py", PACKAGE / "task.py"):
         assert _imports(path) & FLOWER_EDGE_PACKAGES == set(), path
@@ -83,4 +100,5 @@ def test_quickstart_app_runs_edge_through_flwr_run(tmp_path: Path) -> None:
     assert re.search(r"final accuracy 0\.\d{4}", log), log[-4000:]
     # client-side evaluation ran: only the ClientApp's evaluate handler reports eval_acc
     assert "eval_acc" in log, log[-4000:]
+    assert "num-examples" not in _evaluate_block(log), log[-4000:]
     assert not (tmp_path / "final_model.pt").exists()
