@@ -95,6 +95,25 @@ VALUE_NODE_IDS: Final = "value-node-ids"
 VALUES: Final = "values"
 VALUES_ROUND: Final = "values-round"
 SEND_TIME: Final = "send-time"
+#: the config keys the strategies set in train messages besides :data:`SERVER_ROUND` (which
+#: Flower's FedAvg sets too): a ``train_config`` that holds one would have its value replaced
+TRAIN_CONFIG_KEYS: Final = frozenset(
+    {
+        GLOBAL_VERSION,
+        JOB_ID,
+        SAMPLE_SHARE,
+        SLICE_BUDGET,
+        MATCH_RATIO,
+        RESOURCE,
+        THETA,
+        VALUE_NODE_IDS,
+        VALUES,
+        VALUES_ROUND,
+        SEND_TIME,
+        PROFILE_MODE,
+        PROFILE_WITH_JOB,
+    }
+)
 
 # ---------------------------------------------------------------- train reply (client -> server)
 NUM_EXAMPLES: Final = "num-examples"

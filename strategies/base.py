@@ -40,6 +40,7 @@ from strategies.config import (
     ValuationConfig,
 )
 from strategies.convergence import StopKind
+from strategies.dispatch import check_train_config
 from strategies.evaluation import EvaluateFn, to_record
 from strategies.loop import EventLoop
 from strategies.records import (
@@ -535,6 +536,7 @@ class SemiAsyncStrategy(Strategy):
             raise ConfigError(f"initial_arrays must be a flwr.app.ArrayRecord, got {got}")
         if evaluate_fn is not None and not callable(evaluate_fn):
             raise ConfigError(f"evaluate_fn must be callable, got {type(evaluate_fn).__name__}")
+        check_train_config(train_config)
         if len(initial_arrays) == 0:
             raise ConfigError("initial_arrays must hold at least one array")
         for key in initial_arrays:

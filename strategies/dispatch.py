@@ -19,6 +19,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from flower_edge import wire
+from flower_edge.errors import ConfigError
 from strategies.abandon import AbandonPolicy
 from strategies.clock import Clock
 from strategies.config import LoopConfig
@@ -28,9 +29,29 @@ from strategies.membership import Job, Node
 from strategies.records import EventKind, ProfileRecord, TrainReply
 from strategies.slices import SliceBudget
 
-__all__ = ["JOB_EPOCH", "Dispatcher", "Recorder", "Values"]
+__all__ = ["JOB_EPOCH", "Dispatcher", "Recorder", "Values", "check_train_config"]
 
 JOB_EPOCH = 1_000_000_000  # job ids of the k-th resume start at k * JOB_EPOCH
+
+
+def check_train_config(train_config: ConfigRecord | None) -> None:
+    """Raise ConfigError if ``train_config`` holds a key that the train messages set.
+
+    Every train message carries the protocol's keys (:data:`flower_edge.wire.TRAIN_CONFIG_KEYS`)
+    beside ``train_config``'s; a ``train_config`` entry of the same name would reach the
+    ClientApp with the strategy's value instead of its own. ``server-round`` is set as
+    Flower's FedAvg sets it, and is not checked.
+    """
+    taken = sorted(set(train_config or {}) & wire.TRAIN_CONFIG_KEYS)
+    if taken:
+        raise ConfigError(
+            f"train_config holds {', '.join(repr(k) for k in taken)}: "
+            f"{'a key' if len(taken) == 1 else 'keys'} of flower-edge's train messages, whose "
+            "value the strategy sets (the ClientApp would get the strategy's value, not "
+            "yours); rename it in train_config and in the ClientApp "
+            "(flower_edge.wire.TRAIN_CONFIG_KEYS lists the protocol's keys)"
+        )
+
 
 #: ``record(node_id, job_id, kind, version)``: appends a JobEvent to the timeline
 Recorder = Callable[[int, int, EventKind, int], None]
