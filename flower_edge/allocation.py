@@ -246,7 +246,8 @@ def initial_shares(
     t_sorted = np.sort(thresholds, kind="stable")
     cum_cap = np.concatenate(([0.0], np.cumsum(cap[order])[:-1]))
     rest_m = m[order][::-1].cumsum()[::-1]  # sum of ratios of the unsaturated suffix
-    with np.errstate(invalid="ignore", divide="ignore"):
+    # a subnormal sum of ratios overflows lam: handled below, never a RuntimeWarning on stderr
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         lam_i = (total - cum_cap) / rest_m
     first = int(np.argmax(lam_i <= t_sorted))  # a suffix with lam below every threshold exists
     exact = np.zeros(n)
@@ -254,7 +255,8 @@ def initial_shares(
         exact[idx] = np.minimum(cap[idx], lam_i[first] * m[idx])
     else:  # the unsaturated ratios sum to a subnormal: lam overflows, their proportions do not
         rest = total - cum_cap[first]
-        exact[idx] = np.minimum(cap[idx], rest * (m[idx] / rest_m[first]))
+        with np.errstate(over="ignore"):  # only saturated nodes overflow: their cap holds
+            exact[idx] = np.minimum(cap[idx], rest * (m[idx] / rest_m[first]))
     exact = np.minimum(exact, cap)
     room = usable & (np.floor(exact) < cap)
     out = _largest_remainder(exact, total, room)

@@ -20,7 +20,9 @@ Observations FILE and time models
     ``k * m`` and ``b`` over the nodes with fitted models; with none, ``k0`` is
     ``--seconds-per-sample`` (default 1: times are then relative, in per-sample times of a
     node with ``m = 1``) and ``b0 = 0``. A node with ``m = 0`` and no observations gets no
-    samples.
+    samples. A node whose ``m`` is so small next to the best node's that the prior's time of
+    its samples is beyond the float range counts at the largest time that stays finite (a
+    note says so): it takes samples only where the other nodes are full.
 
 Notes (stderr)
     A node rated more than ``SUSPECT_RATING`` times the other nodes' median on a
@@ -28,7 +30,8 @@ Notes (stderr)
     observations give no time model (fewer than two distinct loads, a non-positive slope),
     and a node with match ratio 0 (it gets no samples: e.g. rated on cpu alone on the
     four-axis radar, or rated on all four but negligible next to the best node, so that its
-    area underflows), get one line each. ``--max-share-fraction Q`` caps every node at
+    area underflows) or so small that its prior time is beyond the float range, get one line
+    each. ``--max-share-fraction Q`` caps every node at
     ``ceil(Q * F)`` samples, as the strategy's ``ShareConfig.max_share_fraction`` does (the
     plan's default 1 is the seed's uncapped formula; the strategy's default is 0.5).
 
@@ -309,8 +312,27 @@ def _time_models(
     observations: Mapping[str, Sequence[tuple[float, float]]],
     k0: float,
     notes: list[str] | None = None,
+    limits: Sequence[int] | None = None,
 ) -> tuple[list[TimeModel], list[bool]]:
-    """Fit each node's time model, or give it the match-ratio prior (module docstring)."""
+    """Fit each node's time model, or give it the match-ratio prior (module docstring).
+
+    ``limits`` (default: 0 each) is the most samples each node can be given (its capacity,
+    at most ``F``). A node whose prior time per sample ``K0 / m`` is beyond what a float can
+    hold for that many samples (a match ratio so small next to the best node's that
+    ``K0 / m`` overflows: an absurd profile on one side or the other) counts at the largest
+    time that stays finite, :data:`_MAX_PRIOR_SECONDS` over ``limit + 1``, with a note: it
+    takes samples only where the other nodes are full, as
+    :func:`~flower_edge.allocation.initial_shares` lets a tiny ratio do. ``TimeModel``
+    refused it with ``TimeModel.k must be a finite number > 0, got inf``, naming no node,
+    and a ``K0 / m`` just below the float range failed in ``rebalance`` as ``models[i]``
+    (found by a new-user probe).
+
+    Raises
+    ------
+    InputError
+        Naming ``--seconds-per-sample``: ``K0`` (no node observed) so large that even a node
+        of match ratio 1 overflows a float on the ``F`` samples.
+    """
     import numpy as np
 
     from flower_edge.allocation import TimeModel, fit_time_model
@@ -334,6 +356,13 @@ def _time_models(
         b0 = float(np.median([fitted[d].b for d in usable]))
     else:
         b0 = 0.0
+    most = [0] * len(ids) if limits is None else list(limits)
+    if not usable and k0 > _MAX_PRIOR_SECONDS / (max(most, default=0) + 1):
+        raise InputError(
+            f"--seconds-per-sample {k0:g}: the prior time of {max(most)} samples on a node of "
+            f"match ratio 1 is beyond the float range (over {_MAX_PRIOR_SECONDS:.3g} s); give "
+            "K0 in larger time units"
+        )
     models: list[TimeModel] = []
     active: list[bool] = []
     for d in range(len(ids)):
@@ -341,12 +370,49 @@ def _time_models(
             models.append(fitted[d])
             active.append(True)
         elif ratios[d] > 0:
-            models.append(TimeModel(k0 / float(ratios[d]), b0))
+            k = k0 / float(ratios[d])
+            ceiling = _MAX_PRIOR_SECONDS / (most[d] + 1)
+            if not k <= ceiling:  # inf included
+                k = ceiling
+                if notes is not None:
+                    notes.append(
+                        f"node {ids[d]}: match ratio {float(ratios[d]):.3g}, so small next to "
+                        f"the best node's that its prior time of {most[d]} samples (K0 / m per "
+                        f"sample) is beyond the float range: it counts as {k:.3g} s per sample "
+                        "and takes samples only where the other nodes are full; check its "
+                        "profile and the best node's"
+                    )
+            models.append(TimeModel(k, b0))
             active.append(True)
         else:  # no match and nothing observed: no samples
             models.append(TimeModel(k0, b0))
             active.append(False)
     return models, active
+
+
+#: the largest predicted time of a prior's node, seconds: a quarter of the float range, so
+#: that ``k * (f + 1) + b`` of the rebalancing stays finite
+_MAX_PRIOR_SECONDS = sys.float_info.max / 4
+
+
+def _check_fitted_times(
+    ids: Sequence[str],
+    models: Sequence[TimeModel],
+    limits: Sequence[int],
+    observations: Mapping[str, Sequence[tuple[float, float]]],
+) -> None:
+    """Raise InputError naming the node whose observed time of its largest share overflows.
+
+    :func:`~flower_edge.allocation.rebalance` refuses such a model as ``models[i]``, an
+    index the user never gave (found by a new-user probe); this names the node's id.
+    """
+    for d, (model, most) in enumerate(zip(models, limits, strict=True)):
+        if ids[d] in observations and not math.isfinite(model.predict(most)):
+            raise InputError(
+                f"observations[{ids[d]!r}]: the predicted time k * f + b of {most} samples "
+                f"overflows a float (k = {model.k:.3g} s per sample, b = {model.b:.3g} s, "
+                "fitted from its observations); give the seconds in larger time units"
+            )
 
 
 def build_plan(
@@ -419,7 +485,11 @@ def build_plan(
             drop_empty_axes=drop_empty_axes,
         )
         notes.extend(_no_area(ids, ev, ratios, shaped > 0, drop_empty_axes))
-    models, active = _time_models(ids, ratios, observations or {}, seconds_per_sample, notes)
+    limits = [total if c is None else min(c, total) for c in capacities]
+    models, active = _time_models(
+        ids, ratios, observations or {}, seconds_per_sample, notes, limits
+    )
+    _check_fitted_times(ids, models, limits, observations or {})
     caps: list[int | None] = [c if a else 0 for c, a in zip(capacities, active, strict=True)]
     try:
         shares = initial_shares(total, ratios, capacities)

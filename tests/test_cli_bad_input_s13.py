@@ -1,0 +1,95 @@
+"""Defects found by the thirteenth session's new-user probe of the command line and its files."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pytest
+from conftest import fails, plan_argv
+
+from flower_edge.cli import main
+
+
+def _profiles(tmp_path: Path, nodes: Sequence[Mapping[str, object]]) -> str:
+    path = tmp_path / "nodes.json"
+    path.write_text(json.dumps({"nodes": nodes}), encoding="utf-8")
+    return str(path)
+
+
+def _node(node_id: str, rating: float, capacity: int | None = None) -> dict[str, object]:
+    node: dict[str, object] = {
+        "id": node_id,
+        "resources": {r: rating for r in ("cpu", "gpu", "memory", "disk")},
+    }
+    if capacity is not None:
+        node["capacity"] = capacity
+    return node
+
+
+# ---------------------------------------------------------------- plan: absurd ratings
+@pytest.mark.parametrize(
+    ("small", "total"),
+    [
+        (1e145, "1000"),  # match ratio 1e-310: K0 / m was inf ('TimeModel.k must be finite')
+        (1e150, "1000000000"),  # ratio 1e-300: k * F overflowed in rebalance ('models[1]')
+    ],
+)
+def test_plan_of_a_node_negligible_next_to_an_absurd_claim(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], small: float, total: str
+) -> None:
+    """A node rated 1e300 beside one rated ``small`` stopped the plan with an error naming an
+    internal field (``TimeModel.k``, ``models[1]``), not a node; the notes were never shown."""
+    path = _profiles(tmp_path, [_node("a", 1e300), _node("b", small)])
+    argv = ["plan", "--profiles", path, "--total-samples", total, "--compute-share", "0.5"]
+    assert main([*argv, "--json"]) == 0
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert [n["samples"] for n in doc["nodes"]] == [int(total), 0]
+    assert "node b: match ratio" in captured.err
+    assert "beyond the float range" in captured.err
+    assert "node a: its cpu rating 1e+300" in captured.err  # the suspect claim is named too
+
+
+def test_plan_gives_a_negligible_node_the_samples_the_others_cannot_hold(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As :func:`flower_edge.allocation.initial_shares` does: a tiny ratio still takes samples
+    when every other node is full, with a finite predicted time (valid JSON)."""
+    path = _profiles(tmp_path, [_node("a", 1e300, capacity=5), _node("b", 1e140)])
+    for method in ("seed", "optimal"):
+        argv = ["plan", "--profiles", path, "--total-samples", "10", "--compute-share", "0.5"]
+        with warnings.catch_warnings():  # numpy's 'overflow encountered in divide' reached
+            warnings.simplefilter("error")  # the user's stderr from initial_shares
+            assert main([*argv, "--method", method, "--json"]) == 0
+        out = capsys.readouterr().out
+        doc = json.loads(out)
+        assert [n["samples"] for n in doc["nodes"]] == [5, 5]
+        assert "Infinity" not in out
+        assert "NaN" not in out
+        assert doc["makespan"] == doc["nodes"][1]["predicted_seconds"] > 1e300
+
+
+def test_plan_names_a_seconds_per_sample_beyond_the_float_range(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--seconds-per-sample 1e308`` was refused as ``models[0]: ... overflows a float``."""
+    path = _profiles(tmp_path, [_node("a", 1.0), _node("b", 2.0)])
+    fails(plan_argv(path, "--seconds-per-sample", "1e308"), capsys, "--seconds-per-sample 1e+308")
+    assert main([*plan_argv(path, "--seconds-per-sample", "1e300"), "--json"]) == 0
+    assert sum(n["samples"] for n in json.loads(capsys.readouterr().out)["nodes"]) == 100
+
+
+def test_plan_names_the_node_whose_observed_time_overflows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Observations in absurd units were refused as ``models[0]``, an index, not the node."""
+    path = _profiles(tmp_path, [_node("a", 1.0), _node("b", 2.0)])
+    observed = tmp_path / "observed.json"
+    observed.write_text(
+        json.dumps({"a": [[1, 1e308], [2, 1.7e308]], "b": [[1, 1], [2, 2]]}), encoding="utf-8"
+    )
+    error = fails(plan_argv(path, "--observations", str(observed)), capsys, "observations['a']")
+    assert "models[" not in error
