@@ -9,14 +9,14 @@ Usage::
                          [--list] [--verbose]
 
 Without ``--json`` it prints a summary table and writes the JSON and the plots into ``--out``
-(default ``runs/<scenario>-<UTC timestamp>/``). With ``--json`` only the JSON contract of
-:mod:`simulations.report` goes to stdout (a list for ``--strategy all``; the engine's own
-output is sent to stderr), and files are written only when ``--out`` is given. Progress goes
-to stderr. Every option is validated before the engine starts (exit code 2), under its option
-name; an explicit ``--ray-address HOST:PORT`` must accept a TCP connection within
-:data:`RAY_CONNECT_TIMEOUT` seconds (:func:`check_ray_address`). A one-line note on stderr
-says when ``--clients`` lowers the scenario's K, and when ``--cpus``, ``--ray-address`` or
-``--threshold`` is ignored (``--engine inprocess``, ``--cpus`` with ``--ray-address``,
+(default ``runs/<scenario>-<UTC timestamp>/``, a new folder each run). With ``--json`` only the
+JSON contract of :mod:`simulations.report` goes to stdout (a list for ``--strategy all``; the
+engine's own output is sent to stderr), and files are written only when ``--out`` is given.
+Progress goes to stderr. Every option is validated before the engine starts (exit code 2),
+under its option name; an explicit ``--ray-address HOST:PORT`` must accept a TCP connection
+within :data:`RAY_CONNECT_TIMEOUT` seconds (:func:`check_ray_address`). A one-line note on
+stderr says when ``--clients`` lowers the scenario's K, and when ``--cpus``, ``--ray-address``
+or ``--threshold`` is ignored (``--engine inprocess``, ``--cpus`` with ``--ray-address``,
 ``--threshold`` with ``--strategy fedavg`` or ``fedasync``, which take no K).
 """
 
@@ -374,7 +374,7 @@ def _out_dir(args: argparse.Namespace) -> Path | None:
         out: Path = args.out
     else:
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-        out = DEFAULT_RUNS_DIR / f"{args.scenario}-{stamp}"
+        out = _new_folder(DEFAULT_RUNS_DIR / f"{args.scenario}-{stamp}")
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out} exists and is not a folder")
     try:
@@ -385,6 +385,25 @@ def _out_dir(args: argparse.Namespace) -> Path | None:
     except OSError as exc:
         raise InputError(f"--out {out} is not a writable folder: {exc.strerror}") from None
     return out
+
+
+def _new_folder(base: Path) -> Path:
+    """Create and return ``base``, or ``base-2``, ``base-3``, ... where it exists already.
+
+    Two runs started in the same second (``... --strategy edge & ... --strategy fedbuff &``)
+    shared the default ``--out``: the later overwrote the other's ``results.json`` and
+    removed its timeline (found by a new-user probe).
+    """
+    n = 1
+    while True:
+        out = base if n == 1 else base.with_name(f"{base.name}-{n}")
+        try:
+            out.mkdir(parents=True)
+            return out
+        except FileExistsError:
+            n += 1
+        except OSError as exc:
+            raise InputError(f"--out {out} is not a writable folder: {exc.strerror}") from None
 
 
 @contextlib.contextmanager

@@ -93,3 +93,29 @@ def test_plan_names_the_node_whose_observed_time_overflows(
     )
     error = fails(plan_argv(path, "--observations", str(observed)), capsys, "observations['a']")
     assert "models[" not in error
+
+
+# ---------------------------------------------------------------- simulate: default --out
+def test_runs_started_in_the_same_second_keep_their_own_folders(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs started in the same second shared ``runs/<scenario>-<second>``: the later one
+    overwrote the first's ``results.json`` and removed its ``timeline-edge.png``."""
+    import time
+    from types import SimpleNamespace
+
+    import simulations.cli as sim_cli
+
+    clock = SimpleNamespace(strftime=lambda *_: "20261203-120000", gmtime=time.gmtime)
+    monkeypatch.setattr(sim_cli, "time", clock)  # every run starts in the same second
+    monkeypatch.chdir(tmp_path)
+    base = ["simulate", "--engine", "inprocess", "--clients", "3", "--rounds", "1"]
+    assert main([*base, "--strategy", "edge"]) == 0
+    assert main([*base, "--strategy", "fedbuff"]) == 0
+    capsys.readouterr()
+    first = tmp_path / "runs" / "digits-20-20261203-120000"
+    second = tmp_path / "runs" / "digits-20-20261203-120000-2"
+    assert (first / "timeline-edge.png").is_file()
+    assert json.loads((first / "results.json").read_text())["strategy"] == "edge"
+    assert json.loads((second / "results.json").read_text())["strategy"] == "fedbuff"
+    assert not (second / "timeline-edge.png").exists()
