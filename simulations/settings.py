@@ -240,17 +240,17 @@ class SimSettings:
         def text(key: str) -> str:
             return validate.text(f"run config {key!r}", cfg[key], allow_empty=True)
 
-        def integer(key: str) -> int:
+        def integer(key: str, high: int | None = None) -> int:
             value = cfg[key]
             if isinstance(value, float) and value.is_integer():
                 value = int(value)  # a TOML float such as 3.0
-            return validate.integer(f"run config {key!r}", value, low=0)
+            return validate.integer(f"run config {key!r}", value, low=0, high=high)
 
         def real(key: str) -> float:
             return validate.number(f"run config {key!r}", cfg[key], finite=False)
 
         rounds, threshold, clients = (
-            integer(NUM_SERVER_ROUNDS),
+            integer(NUM_SERVER_ROUNDS, MAX_ROUNDS),  # under its key, not the field 'rounds'
             integer(THRESHOLD),
             integer(CLIENTS),
         )
@@ -276,9 +276,9 @@ class SimSettings:
                 theta=real(THETA) if real(THETA) >= 0 else None,
                 shares=cast(ShareMode, text(SHARES)),  # checked in __post_init__
             )
-        except ConfigError:
-            raise
-        except InputError as exc:
+        except InputError as exc:  # every message says that it is the run config's
+            if str(exc).startswith("run config"):
+                raise
             raise ConfigError(f"run config: {exc}") from None
 
     def client_run_config(self) -> dict[str, int | float | str]:

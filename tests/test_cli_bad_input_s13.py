@@ -119,3 +119,20 @@ def test_runs_started_in_the_same_second_keep_their_own_folders(
     assert json.loads((first / "results.json").read_text())["strategy"] == "edge"
     assert json.loads((second / "results.json").read_text())["strategy"] == "fedbuff"
     assert not (second / "timeline-edge.png").exists()
+
+
+# ---------------------------------------------------------------- run config messages
+@pytest.mark.parametrize(
+    ("config", "needle"),
+    [
+        ({"num-server-rounds": 10**12}, "run config 'num-server-rounds' must be"),  # was 'rounds'
+        ({"decay": "foo"}, "run config: decay must be one of"),  # was without 'run config'
+    ],
+)
+def test_run_config_errors_name_the_run_config_key(config: dict[str, object], needle: str) -> None:
+    from flower_edge.errors import ConfigError
+    from simulations.app import SimSettings
+
+    with pytest.raises(ConfigError) as error:
+        SimSettings.from_run_config(config)
+    assert str(error.value).startswith(needle), error.value

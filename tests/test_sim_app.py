@@ -29,7 +29,7 @@ def _one_thread() -> None:
             {"strategy": "fedprox"},
             r"must name one strategy \(edge, edge-seed, fedavg, fedbuff, fedasync\), got .fedprox.",
         ),
-        ({"num-server-rounds": -1}, "'num-server-rounds' must be an integer >= 0"),
+        ({"num-server-rounds": -1}, r"'num-server-rounds' must be an integer in \[0, 1000000\]"),
         ({"threshold": 25}, r"threshold K must be >= 1 and < clients \(20\)"),
         ({"clients": 500}, r"clients must be <= 179"),
         ({"alpha": "x"}, "'alpha' must be a number"),
