@@ -185,8 +185,8 @@ def load_model(spec: str, shape: tuple[int, ...], kwargs: Mapping[str, Any]) -> 
     ------
     InputError
         Unknown bundled name, module or attribute, a malformed ``pkg.mod:factory``, a module
-        that raises as it is imported; a factory that raises or returns no
-        ``torch.nn.Module``.
+        that raises as it is imported, a model instance instead of a factory; a factory that
+        raises or returns no ``torch.nn.Module``.
     """
     from torch import nn
 
@@ -209,6 +209,17 @@ def load_model(spec: str, shape: tuple[int, ...], kwargs: Mapping[str, Any]) -> 
                 f"MODEL {spec!r}: importing {module_name!r} raised {type(exc).__name__}: {exc}"
             ) from None
         found = getattr(module, attr, None)
+        if isinstance(found, nn.Module):  # callable too: it was called with no input
+            cls = type(found)
+            own = (
+                f"its class ({module_name}:{cls.__name__}) or "
+                if cls.__module__ == module_name
+                else ""
+            )
+            raise InputError(
+                f"MODEL {spec!r} is a torch.nn.Module instance ({cls.__name__}), not a factory; "
+                f"name {own}a function that returns a new model"
+            )
         if not callable(found):
             raise InputError(f"MODEL {spec!r}: {module_name} has no callable {attr!r}")
         factory, call_kwargs = found, dict(kwargs)

@@ -136,3 +136,24 @@ def test_run_config_errors_name_the_run_config_key(config: dict[str, object], ne
     with pytest.raises(ConfigError) as error:
         SimSettings.from_run_config(config)
     assert str(error.value).startswith(needle), error.value
+
+
+# ---------------------------------------------------------------- analyze: a model instance
+def test_analyze_names_a_model_instance_given_for_a_factory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``mymodels:net`` where ``net = nn.Linear(64, 10)`` said 'the factory raised TypeError:
+    Linear.forward() missing 1 required positional argument', as if the factory were broken."""
+    (tmp_path / "probe13_models.py").write_text(
+        "from torch import nn\n\n\nclass Net(nn.Linear):\n    def __init__(self) -> None:\n"
+        "        super().__init__(64, 10)\n\n\nnet = nn.Linear(64, 10)\nmine = Net()\n",
+        encoding="utf-8",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    argv = ["analyze", "probe13_models:net", "--input-shape", "8,64"]
+    error = fails(argv, capsys, "is a torch.nn.Module instance (Linear), not a factory")
+    assert "forward()" not in error
+    assert "probe13_models:Linear" not in error  # torch's class, not one of the module's
+    argv = ["analyze", "probe13_models:mine", "--input-shape", "8,64"]
+    fails(argv, capsys, "name its class (probe13_models:Net) or a function")
+    assert main(["analyze", "probe13_models:Net", "--input-shape", "8,64", "--json"]) == 0
