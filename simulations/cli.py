@@ -29,12 +29,13 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from flower_edge import validate
-from flower_edge.errors import InputError
+from flower_edge.errors import FlowerEdgeError, InputError
+from simulations.outputs import check_output_files, write_outputs
 
 if TYPE_CHECKING:
     from simulations.app import SimSettings
@@ -468,59 +469,6 @@ class _Progress:
             self.open = False
 
 
-def _write_outputs(
-    results: Sequence[RunResult], settings: Sequence[SimSettings], out: Path, as_list: bool
-) -> list[Path]:
-    from simulations.plots import plot_accuracy, plot_timeline
-    from simulations.report import summary_table, write_json
-
-    _remove_stale_timelines(out, {r.strategy for r in results})
-    written = [write_json(results, out / "results.json", as_list=as_list)]
-    written.append(plot_accuracy(results, out / "accuracy.png"))
-    for r in results:
-        title = f"{r.scenario} / {r.strategy}: client timeline (seed {r.seed})"
-        written.append(
-            plot_timeline(r.timeline, r.clients, out / f"timeline-{r.strategy}.png", title=title)
-        )
-    written.append(_plot_radar(settings[0], out / "radar.png"))
-    table = out / "summary.txt"
-    table.write_text(summary_table(results) + "\n", encoding="utf-8")
-    written.append(table)
-    return written
-
-
-def _remove_stale_timelines(out: Path, strategies: set[str]) -> None:
-    """Remove the ``timeline-<strategy>.png`` of strategies that this run did not run.
-
-    An ``--out`` folder reused from an earlier run then describes this run only (found by a
-    new-user probe: old timelines stayed beside the new results). Only this command's own
-    file names are touched; each removal is noted on stderr.
-    """
-    from simulations.scenarios import STRATEGIES
-
-    for name in STRATEGIES:
-        stale = out / f"timeline-{name}.png"
-        if name not in strategies and stale.is_file():
-            stale.unlink()
-            _note(f"removed {stale} of an earlier run ({name} did not run now)")
-
-
-def _plot_radar(settings: SimSettings, path: Path) -> Path:
-    import numpy as np
-
-    from flower_edge.radar import AXES
-    from simulations.app import compute_share, devices_for
-    from simulations.plots import plot_radar
-    from simulations.probe import VirtualProbe
-
-    devices = devices_for(settings.scenario, settings.seed)
-    evaluations = np.array(
-        [[VirtualProbe(d).profile("quick").evaluations[a] for a in AXES] for d in devices]
-    )
-    labels = [str(d.spec.node) for d in devices]
-    return plot_radar(evaluations, compute_share(settings.scenario), labels, path)
-
-
 def run(args: argparse.Namespace) -> int:
     """Run the ``simulate`` sub-command; return the exit code."""
     from simulations.scenarios import SCENARIOS
@@ -537,6 +485,8 @@ def run(args: argparse.Namespace) -> int:
     ray_init_args = _engine_options(args)
     existed = args.out is not None and args.out.exists()
     out = _out_dir(args)
+    if out is not None:
+        check_output_files(out, [s.strategy for s in runs])
     try:
         return _run(args, runs, ray_init_args, out)
     except BaseException:
@@ -574,12 +524,23 @@ def _run(
                 )
             )
             progress.finish()
-        written = _write_outputs(results, runs, out, as_list) if out is not None else []
+        written: list[Path] = []
+        failed: OSError | None = None
+        try:
+            written = write_outputs(results, runs, out, as_list) if out is not None else []
+        except OSError as exc:  # a full disk: the results still go to stdout, then exit 1
+            failed = exc
     if args.json:
         print(results_to_json(results, as_list=as_list))
-        return 0
-    print(summary_table(results))
-    if out is not None:
+    else:
+        print(summary_table(results))
+    if failed is not None:
+        name = Path(failed.filename).name if failed.filename else "its files"
+        raise FlowerEdgeError(
+            f"--out {out}: cannot write {name}: {failed.strerror or failed}; the results are "
+            "on stdout only"
+        )
+    if out is not None and not args.json:
         print(f"\nresults and plots in {out}/:")
         for path in written:
             print(f"  {path.name}")

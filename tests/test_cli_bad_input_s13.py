@@ -157,3 +157,53 @@ def test_analyze_names_a_model_instance_given_for_a_factory(
     argv = ["analyze", "probe13_models:mine", "--input-shape", "8,64"]
     fails(argv, capsys, "name its class (probe13_models:Net) or a function")
     assert main(["analyze", "probe13_models:Net", "--input-shape", "8,64", "--json"]) == 0
+
+
+# ---------------------------------------------------------------- simulate: writing --out
+SMALL_RUN = ["simulate", "--engine", "inprocess", "--strategy", "fedbuff", "--clients", "3"]
+
+
+def test_simulate_refuses_a_folder_in_place_of_an_output_file_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder named ``results.json`` in ``--out`` ended the command after the whole run with
+    an ``IsADirectoryError`` traceback, and the results were lost."""
+    import simulations.runner
+
+    def never(*args: object, **kwargs: object) -> object:
+        raise AssertionError("the engine started")
+
+    monkeypatch.setattr(simulations.runner, "run_experiment", never)
+    for name in ("results.json", "timeline-fedbuff.png", "summary.txt"):
+        out = tmp_path / name.replace(".", "-")
+        (out / name).mkdir(parents=True)
+        fails([*SMALL_RUN, "--out", str(out)], capsys, f"--out {out}: {name} exists")
+    # the timeline of a strategy that does not run is no file of this run
+    out = tmp_path / "other"
+    (out / "timeline-edge.png").mkdir(parents=True)
+    with pytest.raises(AssertionError, match="the engine started"):
+        main([*SMALL_RUN, "--out", str(out)])
+
+
+def test_simulate_prints_the_results_when_writing_them_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write error after the run (a full disk) is exit code 1 with a message naming
+    ``--out``, and the results still reach stdout, instead of a traceback and nothing."""
+    import errno
+
+    import simulations.report
+
+    def full(*args: object, **kwargs: object) -> Path:
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "results.json"))
+
+    monkeypatch.setattr(simulations.report, "write_json", full)
+    assert main([*SMALL_RUN, "--rounds", "1", "--out", str(tmp_path), "--json"]) == 1
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["strategy"] == "fedbuff"
+    assert "Traceback" not in captured.err
+    assert f"--out {tmp_path}: cannot write results.json: No space left" in captured.err
+    assert main([*SMALL_RUN, "--rounds", "1", "--out", str(tmp_path)]) == 1
+    table = capsys.readouterr().out
+    assert table.startswith("strategy")  # the table, without a list of files not written
+    assert "results and plots in" not in table

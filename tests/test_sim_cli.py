@@ -99,13 +99,13 @@ def test_a_reused_out_folder_loses_the_timelines_of_strategies_not_run(
 ) -> None:
     """Found by a new-user probe: ``--out`` reused from an ``all`` run kept every old
     timeline beside the new results."""
-    from simulations.cli import _remove_stale_timelines
+    from simulations.outputs import remove_stale_timelines
 
     for name in ("edge", "fedbuff"):
         (tmp_path / f"timeline-{name}.png").write_bytes(b"png")
     mine = tmp_path / "timeline-mine.png"  # not a file name of this command: kept
     mine.write_bytes(b"png")
-    _remove_stale_timelines(tmp_path, {"edge"})
+    remove_stale_timelines(tmp_path, {"edge"})
     assert (tmp_path / "timeline-edge.png").is_file()
     assert not (tmp_path / "timeline-fedbuff.png").exists()
     assert mine.is_file()

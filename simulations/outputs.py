@@ -1,0 +1,107 @@
+"""The files that ``flower-edge simulate`` writes to ``--out``: checked before, written after.
+
+``results.json`` (:func:`simulations.report.write_json`), ``accuracy.png``,
+``timeline-<strategy>.png`` per strategy, ``radar.png`` and ``summary.txt``. Split out of
+:mod:`simulations.cli` to keep it small.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Collection, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from flower_edge.errors import InputError
+
+if TYPE_CHECKING:
+    from simulations.app import SimSettings
+    from simulations.report import RunResult
+
+__all__ = ["check_output_files", "output_files", "remove_stale_timelines", "write_outputs"]
+
+
+def output_files(out: Path, strategies: Sequence[str]) -> list[Path]:
+    """Return every file that a run of ``strategies`` writes to ``out``, in writing order."""
+    timelines = [out / f"timeline-{name}.png" for name in strategies]
+    return [out / "results.json", out / "accuracy.png", *timelines, out / "radar.png"] + [
+        out / "summary.txt"
+    ]
+
+
+def check_output_files(out: Path, strategies: Sequence[str]) -> None:
+    """Raise InputError naming ``--out`` if one of the run's files cannot be a file.
+
+    Found by a new-user probe: a folder named ``results.json`` in ``--out`` ended the command
+    after the whole run with a traceback (``IsADirectoryError``), and the results were lost.
+    """
+    for path in output_files(out, strategies):
+        if path.exists() and not path.is_file():
+            raise InputError(
+                f"--out {out}: {path.name} exists and is not a file (the run writes its "
+                f"{path.name} there); remove it or choose another --out"
+            )
+
+
+def write_outputs(
+    results: Sequence[RunResult], settings: Sequence[SimSettings], out: Path, as_list: bool
+) -> list[Path]:
+    """Write the run's files to ``out`` (see the module docstring); return their paths.
+
+    Raises
+    ------
+    OSError
+        When a file cannot be written (a full disk, a folder in its place).
+    """
+    from simulations.plots import plot_accuracy, plot_timeline
+    from simulations.report import summary_table, write_json
+
+    remove_stale_timelines(out, {r.strategy for r in results})
+    written = [write_json(results, out / "results.json", as_list=as_list)]
+    written.append(plot_accuracy(results, out / "accuracy.png"))
+    for r in results:
+        title = f"{r.scenario} / {r.strategy}: client timeline (seed {r.seed})"
+        written.append(
+            plot_timeline(r.timeline, r.clients, out / f"timeline-{r.strategy}.png", title=title)
+        )
+    written.append(_plot_radar(settings[0], out / "radar.png"))
+    table = out / "summary.txt"
+    table.write_text(summary_table(results) + "\n", encoding="utf-8")
+    written.append(table)
+    return written
+
+
+def remove_stale_timelines(out: Path, strategies: Collection[str]) -> None:
+    """Remove the ``timeline-<strategy>.png`` of strategies that this run did not run.
+
+    An ``--out`` folder reused from an earlier run then describes this run only (found by a
+    new-user probe: old timelines stayed beside the new results). Only this command's own
+    file names are touched; each removal is noted on stderr.
+    """
+    from simulations.scenarios import STRATEGIES
+
+    for name in STRATEGIES:
+        stale = out / f"timeline-{name}.png"
+        if name not in strategies and stale.is_file():
+            stale.unlink()
+            print(
+                f"flower-edge simulate: note: removed {stale} of an earlier run ({name} did "
+                "not run now)",
+                file=sys.stderr,
+            )
+
+
+def _plot_radar(settings: SimSettings, path: Path) -> Path:
+    import numpy as np
+
+    from flower_edge.radar import AXES
+    from simulations.app import compute_share, devices_for
+    from simulations.plots import plot_radar
+    from simulations.probe import VirtualProbe
+
+    devices = devices_for(settings.scenario, settings.seed)
+    evaluations = np.array(
+        [[VirtualProbe(d).profile("quick").evaluations[a] for a in AXES] for d in devices]
+    )
+    labels = [str(d.spec.node) for d in devices]
+    return plot_radar(evaluations, compute_share(settings.scenario), labels, path)
