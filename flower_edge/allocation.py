@@ -412,7 +412,7 @@ class _Heaps:
         self.f, self.models, self.cap = f, models, cap
         self.ver = [0] * len(f)
         self.slow: list[tuple[float, int, int]] = []  # (-time, node, version): loaded nodes
-        self.fast: list[tuple[float, int, int]] = []  # (time after taking work, node, version)
+        self.fast: list[tuple[float, int, int]] = []  # (time, node, version): nodes with room
         for d in range(len(f)):
             self.push(d)
 
@@ -442,6 +442,12 @@ class _Heaps:
         heapq.heappush(self.fast, held)
         return None if top is None else (top[0], top[1])
 
+    def set_aside(self, d: int) -> None:
+        """Take node ``d`` out of the receivers until its load changes (its next push)."""
+        self.ver[d] += 1  # drops both of its entries lazily ...
+        if self.f[d] > 0:  # ... and it stays a sender
+            heapq.heappush(self.slow, (-self.models[d].predict(self.f[d]), d, self.ver[d]))
+
 
 def _seed_rebalance(
     f: list[int], models: Sequence[TimeModel], cap: list[float], max_moves: int
@@ -457,7 +463,14 @@ def _seed_rebalance(
         (t_s, s), (t_g, g) = slowest, fastest
         step = _seed_step(t_s, t_g, models[s], models[g], f[s], f[g], cap[g] - f[g])
         if step == 0:
-            return f
+            if t_g >= t_s:  # every node finishes together: balanced
+                return f
+            # The fastest node cannot take one sample and still finish before the slowest
+            # (a node with a tiny share and a steep k finishes first but cannot help). The
+            # slowest only gets faster, so it never can while its own load stays: try the
+            # next fastest node instead of stopping with the others still able to help.
+            heaps.set_aside(g)
+            continue
         if moves == max_moves:
             logger.log(WARNING, "seed rebalancing stopped after %s moves (max_moves)", moves)
             return f

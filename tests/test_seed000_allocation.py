@@ -226,6 +226,52 @@ def test_seed_stops_when_transfer_does_not_help() -> None:
     assert alloc.predicted_seconds == (10.0, 0.0)
 
 
+def test_seed_passes_over_a_fastest_node_that_cannot_take_work() -> None:
+    # node 2 is idle, so it finishes first, but one sample would take it 25 s, past the
+    # slowest's 20 s: it cannot help. Node 1 (5 s) can: the seed rule moves the slowest
+    # node's samples to the fastest node that can take them instead of stopping there
+    # (it stopped at (20, 5, 0), makespan 20).
+    models = [TimeModel(1.0, 0.0), TimeModel(1.0, 0.0), TimeModel(25.0, 0.0)]
+    alloc = rebalance([20, 5, 0], models, method="seed")
+    assert sorted(alloc.samples[:2]) == [12, 13]
+    assert alloc.samples[2] == 0
+    assert alloc.makespan == 13.0
+
+
+def _no_single_move_helps(
+    f: Sequence[int], models: Sequence[TimeModel], caps: Sequence[float]
+) -> bool:
+    """Whether no move of one sample from the slowest node makes both finish before it."""
+    times = [m.predict(x) for m, x in zip(models, f, strict=True)]
+    t_max = max(times, default=0.0)
+    for s, (x, t) in enumerate(zip(f, times, strict=True)):
+        if x == 0 or t < t_max:
+            continue
+        for g, (y, c) in enumerate(zip(f, caps, strict=True)):
+            if g != s and y + 1 <= c and models[g].predict(y + 1) < t_max:
+                return False
+    return True
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), n=st.integers(2, 6), total=st.integers(1, 40))
+def test_seed_ends_where_no_single_transfer_from_the_slowest_helps(
+    data: st.DataObject, n: int, total: int
+) -> None:
+    ks = data.draw(st.lists(st.floats(0.05, 50.0), min_size=n, max_size=n))
+    bs = data.draw(st.lists(st.floats(0.0, 10.0), min_size=n, max_size=n))
+    models = [TimeModel(k, b) for k, b in zip(ks, bs, strict=True)]
+    start = data.draw(st.lists(st.integers(0, total), min_size=n, max_size=n))
+    alloc = rebalance(start, models, method="seed")
+    assert sum(alloc.samples) == sum(start)
+    assert alloc.makespan <= predicted_makespan(start, models) + 1e-9
+    # a unique slowest node: then one sample moved to any node that finishes before it
+    # would lower the makespan, so the seed's transfers must not have stopped short of it
+    times = [m.predict(x) for m, x in zip(models, alloc.samples, strict=True)]
+    if sum(t == max(times) for t in times) == 1:
+        assert _no_single_move_helps(alloc.samples, models, [math.inf] * n)
+
+
 def test_optimal_continuous_time_matches_design_formula() -> None:
     rng = np.random.default_rng(2)
     ks, bs = rng.uniform(0.01, 0.1, 6), rng.uniform(0.0, 1.0, 6)
