@@ -158,6 +158,18 @@ def _number(metrics: MetricRecord, key: str, *, integer: bool, required: bool = 
     return float(value)
 
 
+def _not_negative(metrics: MetricRecord, key: str, *, integer: bool) -> Any:
+    """Return a count or a duration of the protocol (``None`` if absent); raise if < 0.
+
+    The slice budget takes differences of a job's ``train-seconds``: a negative one followed
+    by a huge one made an infinite slice time, which stopped the run with an InputError.
+    """
+    value = _number(metrics, key, integer=integer)
+    if value is not None and value < 0:
+        raise InputError(f"{key} must be >= 0, got {value}")
+    return value
+
+
 def _report(metrics: MetricRecord, key: str) -> float | None:
     """Return an informational protocol metric (the training loss), ``None`` if not finite.
 
@@ -251,9 +263,7 @@ def parse_train_reply(
         raise InputError(f"{wire.BASE_VERSION} must be >= 0, got {base_version}")
     if not done and (job_id is None or base_version is None):
         raise InputError(f"progress report without {wire.JOB_ID} or {wire.BASE_VERSION}")
-    virtual_seconds = _number(metrics, wire.VIRTUAL_SECONDS, integer=False)
-    if virtual_seconds is not None and virtual_seconds < 0:
-        raise InputError(f"{wire.VIRTUAL_SECONDS} must be >= 0, got {virtual_seconds}")
+    virtual_seconds = _not_negative(metrics, wire.VIRTUAL_SECONDS, integer=False)
     abandoned = _number(metrics, wire.ABANDONED, integer=True)
     profile: ProfileRecord | None = None
     profile_problem: str | None = None
@@ -270,11 +280,11 @@ def parse_train_reply(
         num_examples=num_examples,
         job_id=job_id,
         base_version=base_version,
-        samples_processed=_number(metrics, wire.SAMPLES_PROCESSED, integer=True),
-        train_seconds=_number(metrics, wire.TRAIN_SECONDS, integer=False),
+        samples_processed=_not_negative(metrics, wire.SAMPLES_PROCESSED, integer=True),
+        train_seconds=_not_negative(metrics, wire.TRAIN_SECONDS, integer=False),
         virtual_seconds=virtual_seconds,
         abandoned=bool(abandoned),
-        abandoned_jobs=_number(metrics, wire.ABANDONED_JOBS, integer=True),
+        abandoned_jobs=_not_negative(metrics, wire.ABANDONED_JOBS, integer=True),
         train_loss=_report(metrics, wire.TRAIN_LOSS),
         drop_in=drop_in,
         profile=profile,

@@ -1,0 +1,108 @@
+"""Hostile and broken clients against EdgeStrategy and the baselines (new-user probe, session 13).
+
+Each test drives a strategy on the in-process grid with one misbehaving node among honest
+numpy clients (``fault_clients.edge_app``) on a manual wall clock, so that a run of several
+aggregations takes milliseconds and every fault happens at a known point.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+import pytest
+from fault_clients import ScriptedClock, capture_flwr_logs, edge_app, initial_model
+from flwr.app import Context, Message, MetricRecord, RecordDict
+
+from flower_edge import wire
+from strategies import EdgeStrategy, FedAsync, FedBuff, InProcessGrid, LoopConfig
+from strategies.base import SemiAsyncStrategy
+
+pytestmark = pytest.mark.timeout(60)
+
+NODES = [1001, 1002, 1003, 1004]
+BAD = 1003
+
+
+def _latency(node: int, msg: Message) -> float:
+    """Node 100i takes i seconds per message."""
+    return float(node % 100)
+
+
+def _strategy(kind: str, clock: ScriptedClock) -> SemiAsyncStrategy:
+    loop = LoopConfig(deadline=6.0, poll_interval=0.25)  # slice_budget "auto": adaptive
+    if kind == "edge":
+        return EdgeStrategy.preset("edge", threshold=2, clock=clock, loop=loop)
+    if kind == "fedbuff":
+        return FedBuff(2, clock=clock, loop=loop)
+    return FedAsync(clock=clock, loop=loop)
+
+
+def _run(
+    kind: str, app: Callable[[Message, Context], Message], rounds: int = 4
+) -> tuple[SemiAsyncStrategy, list[str]]:
+    clock = ScriptedClock()
+    grid = InProcessGrid(edge_app(), node_ids=NODES, clock=clock, latency=_latency)
+    grid.set_app(BAD, app)
+    strategy = _strategy(kind, clock)
+    with capture_flwr_logs() as logs:
+        strategy.start(grid, initial_model(), num_rounds=rounds, timeout=20.0)
+    return strategy, logs.messages(logging.WARNING)
+
+
+def _slicer(train_seconds: Sequence[float]) -> Callable[[Message, Context], Message]:
+    """Answer each train message with a progress report of the next ``train_seconds``."""
+    count = {"n": 0}
+    honest = edge_app()
+
+    def app(msg: Message, ctx: Context) -> Message:
+        cfg = msg.content.config_records[wire.CONFIG]
+        if wire.PROFILE_MODE in cfg:
+            return honest(msg, ctx)
+        seconds = train_seconds[count["n"] % len(train_seconds)]
+        count["n"] += 1
+        metrics = MetricRecord(
+            {
+                wire.NUM_EXAMPLES: 1,
+                wire.DONE: 0,
+                wire.JOB_ID: int(cfg[wire.JOB_ID]),  # type: ignore[arg-type]
+                wire.BASE_VERSION: int(cfg[wire.GLOBAL_VERSION]),  # type: ignore[arg-type]
+                wire.SAMPLES_PROCESSED: 1,
+                wire.TRAIN_SECONDS: seconds,
+            }
+        )
+        return Message(RecordDict({wire.METRICS: metrics}), reply_to=msg)
+
+    return app
+
+
+@pytest.mark.parametrize("kind", ["edge", "fedbuff", "fedasync"])
+def test_negative_then_huge_train_seconds_is_rejected_not_a_crash(kind: str) -> None:
+    # -1.7e308 then 1.7e308: the slice budget's difference was inf, and message_overhead's
+    # InputError ("compute[1] must be a finite number >= 0, got inf") stopped the whole run
+    strategy, warnings = _run(kind, _slicer([-1.7e308, 1.7e308, 1.0]))
+    assert len(strategy.history) == 4
+    assert all(BAD not in h.participants for h in strategy.history)
+    named = [w for w in warnings if f"node {BAD}" in w and "train-seconds must be >= 0" in w]
+    assert named, warnings
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [(wire.SAMPLES_PROCESSED, -100), (wire.ABANDONED_JOBS, -1), (wire.TRAIN_SECONDS, -0.5)],
+)
+def test_a_negative_count_or_duration_is_rejected_naming_the_field(key: str, value: float) -> None:
+    honest = edge_app()
+
+    def app(msg: Message, ctx: Context) -> Message:
+        reply = honest(msg, ctx)
+        if wire.METRICS in reply.content.metric_records:
+            reply.content.metric_records[wire.METRICS][key] = value
+        return reply
+
+    strategy, warnings = _run("edge", app)
+    assert len(strategy.history) == 4
+    assert all(BAD not in h.participants for h in strategy.history)
+    rejected = [e.detail for e in strategy.events if e.kind == "rejected" and e.node_id == BAD]
+    assert rejected
+    assert all(f"{key} must be >= 0" in r for r in rejected), rejected
