@@ -39,6 +39,7 @@ from flwr.common.logger import log
 
 from flower_edge.aggregation import check_update
 from flower_edge.errors import ConfigError, InputError
+from strategies.checkpoint_files import UNREADABLE, read_audit, read_buffer, read_json, read_npz
 from strategies.checkpoint_options import (
     CHECKPOINT_DIR_ENV,
     CHECKPOINT_DIR_KEY,
@@ -167,19 +168,23 @@ class CheckpointStore:
         _atomic_write(path, lambda h: h.write(text))
 
     def load(self) -> Checkpoint:
-        """Load the latest checkpoint; raise InputError if it is missing or unreadable."""
-        path = self.directory / STATE_FILE
+        """Load the latest checkpoint; raise InputError naming the damaged file, if one is."""
         try:
-            state = json.loads(path.read_text())
+            state = read_json(self.directory / STATE_FILE)
             keys = tuple(str(k) for k in state["keys"])
-            with np.load(self.directory / state["arrays_file"], allow_pickle=False) as data:
-                arrays = tuple(np.array(data[f"a{i}"]) for i in range(len(keys)))
-                average = None
-                if "m0" in data.files:
-                    average = tuple(np.array(data[f"m{i}"]) for i in range(len(keys)))
+            data = read_npz(self.directory / str(state["arrays_file"]))
+            if missing := [f"a{i}" for i in range(len(keys)) if f"a{i}" not in data][:3]:
+                raise InputError(f"{state['arrays_file']} lacks the arrays {missing} of the model")
+            arrays = tuple(data[f"a{i}"] for i in range(len(keys)))
+            average = tuple(data[f"m{i}"] for i in range(len(keys))) if "m0" in data else None
             round_ = int(state["round"])
-        except (OSError, ValueError, KeyError) as exc:
+        except InputError as exc:
             raise InputError(f"checkpoint in {self.directory} cannot be read: {exc}") from None
+        except UNREADABLE as exc:  # a state of another shape: not a dict, a key missing
+            raise InputError(
+                f"checkpoint in {self.directory} cannot be read: {STATE_FILE} is malformed: "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
         return Checkpoint(round_, keys, arrays, state, average)
 
     def save_buffered(
@@ -203,20 +208,11 @@ class CheckpointStore:
             if old.name not in listed:
                 old.unlink(missing_ok=True)
 
-    def buffered(self, count: int) -> list[tuple[dict[str, Any], tuple[npt.NDArray[Any], ...]]]:
-        """Return the buffered entries with their ``count`` arrays (unreadable ones skipped)."""
-        path = self.directory / BUFFER_FILE
-        if not path.is_file():
-            return []
-        out = []
-        for entry in json.loads(path.read_text()):
-            try:
-                with np.load(self.directory / str(entry["file"]), allow_pickle=False) as data:
-                    arrays = tuple(np.array(data[f"a{i}"]) for i in range(count))
-            except (OSError, ValueError, KeyError):
-                continue
-            out.append((entry, arrays))
-        return out
+    def buffered(
+        self, count: int, *, quiet: bool = False
+    ) -> list[tuple[dict[str, Any], tuple[npt.NDArray[Any], ...]]]:
+        """Return the buffered entries with their ``count`` arrays (see :func:`read_buffer`)."""
+        return read_buffer(self.directory, BUFFER_FILE, count, quiet=quiet)
 
     def append_audit(self, entries: Sequence[dict[str, Any]]) -> None:
         """Append audit lines (flushed and synced)."""
@@ -227,11 +223,8 @@ class CheckpointStore:
             os.fsync(handle.fileno())
 
     def audit(self) -> list[dict[str, Any]]:
-        """Return every audit line."""
-        path = self.directory / AUDIT_FILE
-        if not path.is_file():
-            return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        """Return every audit line (a cut last line dropped, see :func:`read_audit`)."""
+        return read_audit(self.directory / AUDIT_FILE)
 
     def save_run(
         self,
@@ -530,6 +523,28 @@ def _app_metric(value: Any) -> float | tuple[float, ...]:
     return tuple(float(v) for v in value) if isinstance(value, list) else float(value)
 
 
+def _buffered_update(
+    entry: dict[str, Any], arrays: tuple[npt.NDArray[Any], ...], start_time: float
+) -> Update:
+    """Return the :class:`Update` of a ``buffer.json`` entry (raises if it is malformed)."""
+    loss = entry.get("train_loss")
+    extra = entry.get("app_metrics")
+    extra_items = extra.items() if isinstance(extra, dict) else ()
+    return Update(
+        node_id=int(entry["node"]),
+        job_id=int(entry["job"]),
+        base_version=int(entry["base_version"]),
+        arrays=arrays,
+        num_examples=int(entry["num_examples"]),
+        share=int(entry["share"]),
+        delay=float(entry["delay"]),
+        received_at=float(entry["received"]) + start_time,
+        late=bool(entry["late"]),
+        train_loss=None if loss is None else float(loss),
+        app_metrics=tuple(sorted((str(k), _app_metric(v)) for k, v in extra_items)),
+    )
+
+
 def buffered_updates(
     store: CheckpointStore,
     global_arrays: Sequence[npt.NDArray[Any]],
@@ -547,40 +562,30 @@ def buffered_updates(
     counted = {(int(e["node"]), int(e["job"])) for e in store.audit()}
     out = []
     for entry, arrays in store.buffered(len(global_arrays)):
-        node_id, job_id = int(entry["node"]), int(entry["job"])
-        base = int(entry["base_version"])
-        if (node_id, job_id) in counted:
+        try:
+            update = _buffered_update(entry, arrays, start_time)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            why = f"{BUFFER_FILE} entry is malformed: {type(exc).__name__}: {exc}"
+            log(WARNING, "%s: buffered update %r lost: %s", name, entry, why)
+            continue
+        if (update.node_id, update.job_id) in counted:
             continue  # aggregated before the kill: in the audit already
+        base = update.base_version
         if required_base is not None and base not in required_base:
             log(
                 WARNING,
                 "%s: buffered update of node %s dropped: its base version %d "
                 "is not in the checkpoint",
                 name,
-                node_id,
+                update.node_id,
                 base,
             )
             continue
-        if check_update(list(arrays), list(global_arrays)) is not None:
+        problem = check_update(list(arrays), list(global_arrays))
+        if problem is not None:
+            log(WARNING, "%s: buffered update of node %s lost: %s", name, update.node_id, problem)
             continue
-        loss = entry.get("train_loss")
-        extra = entry.get("app_metrics")
-        extra_items = extra.items() if isinstance(extra, dict) else ()
-        out.append(
-            Update(
-                node_id=node_id,
-                job_id=job_id,
-                base_version=base,
-                arrays=arrays,
-                num_examples=int(entry["num_examples"]),
-                share=int(entry["share"]),
-                delay=float(entry["delay"]),
-                received_at=float(entry["received"]) + start_time,
-                late=bool(entry["late"]),
-                train_loss=None if loss is None else float(loss),
-                app_metrics=tuple(sorted((str(k), _app_metric(v)) for k, v in extra_items)),
-            )
-        )
+        out.append(update)
     if out:
         log(INFO, "%s: %d accepted updates restored into the buffer", name, len(out))
     return out

@@ -18,7 +18,7 @@ from flwr.app import MetricRecord
 from flwr.common.logger import log
 
 from flower_edge.aggregation import check_update
-from flower_edge.errors import ConfigError
+from flower_edge.errors import ConfigError, InputError
 from strategies.checkpoint import (
     FINISHED_FILE,
     CheckpointStore,
@@ -67,10 +67,13 @@ def _saved_bases(loop: EventLoop, store: CheckpointStore) -> dict[int, list[npt.
     """Return the base models stored with buffered updates (see :func:`save_buffered_update`)."""
     count = len(loop.global_arrays)
     out: dict[int, list[npt.NDArray[Any]]] = {}
-    for entry, arrays in store.buffered(2 * count):  # only files that hold a base model
+    # only files that hold a base model; the others (and damaged ones) are left out quietly:
+    # buffered_updates reads the same files again and names each one it leaves out
+    for entry, arrays in store.buffered(2 * count, quiet=True):
         base = [np.asarray(a) for a in arrays[count:]]
-        if check_update(base, loop.global_arrays) is None:
-            out[int(entry["base_version"])] = base
+        version = entry.get("base_version") if isinstance(entry, dict) else None
+        if isinstance(version, int) and check_update(base, loop.global_arrays) is None:
+            out[version] = base
     return out
 
 
@@ -165,6 +168,8 @@ def conform_arrays(
     ------
     ConfigError
         An array whose shape or dtype differs from the model's (the message names it).
+    InputError
+        A float array that holds NaN or Inf (the message names it).
     """
     out = []
     for key, array, ref in zip(keys, arrays, model, strict=True):
@@ -175,6 +180,9 @@ def conform_arrays(
                 f"checkpoint in {where} holds a different model: array {key!r} is "
                 f"{array.dtype}{list(array.shape)}, the model's is {ref.dtype}{list(ref.shape)}"
             )
+        if array.dtype.kind == "f" and not np.isfinite(array).all():
+            # every update of such a model is rejected as NaN: the run could only stall
+            raise InputError(f"checkpoint in {where} is damaged: array {key!r} holds NaN or Inf")
         out.append(array)
     return out
 
