@@ -36,11 +36,11 @@ NO_HANDLER_HINT: Final = (
 
 
 def _weight(value: object) -> int | None:
-    """Return ``num-examples`` as a positive int (``140`` or ``140.0``), else ``None``."""
+    """Return ``num-examples`` as a positive int64 (``140`` or ``140.0``), else ``None``."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    if not math.isfinite(value) or value <= 0 or value != int(value):
-        return None
+    if not math.isfinite(value) or value <= 0 or value != int(value) or value >= 2**63:
+        return None  # beyond int64 (an integer-valued float): sums of such overflowed
     return int(value)
 
 
@@ -84,8 +84,8 @@ def aggregate_evaluate_replies(
             missing = metrics is None or count not in metrics
             log(
                 WARNING,
-                "evaluate reply of node %s skipped: %s must be an integer > 0 (as train "
-                "replies: 140 or 140.0), got %r%s",
+                "evaluate reply of node %s skipped: %s must be an integer > 0 within int64 "
+                "(as train replies: 140 or 140.0), got %r%s",
                 node,
                 # a key of neither name: both are named, as a train reply's rejection does
                 f"{weight_key!r} (weighted_by_key) or {count}"

@@ -39,6 +39,11 @@ __all__ = [
 
 #: the start of the reason of a profile-only reply that could not be read
 BAD_PROFILE_REPLY: Final = "bad profile reply"
+#: the range of an integer protocol metric: Flower's wire carries integers as sint64, so a
+#: count beyond it can only be a float such as 1e308, whose sums overflowed to an
+#: OverflowError out of the loop (two such ``num-examples`` in one aggregation)
+INT64_MIN: Final = -(2**63)
+INT64_MAX: Final = 2**63 - 1
 
 NDArray = npt.NDArray[Any]
 #: an app metric of a train reply: a number, or a list of numbers (averaged element-wise)
@@ -154,6 +159,11 @@ def _number(metrics: MetricRecord, key: str, *, integer: bool, required: bool = 
     if integer:
         if float(value) != int(value):
             raise InputError(f"reply metric {key!r} must be an integer, got {value!r}")
+        if not INT64_MIN <= int(value) <= INT64_MAX:  # an integer-valued float, e.g. 1e308
+            raise InputError(
+                f"reply metric {key!r} must be an integer within int64 (what Flower's wire "
+                f"carries), got {value!r}"
+            )
         return int(value)
     return float(value)
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import pytest
 from fault_clients import ScriptedClock, capture_flwr_logs, edge_app, initial_model
-from flwr.app import Context, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 
 from flower_edge import wire
 from strategies import EdgeStrategy, FedAsync, FedBuff, InProcessGrid, LoopConfig
@@ -106,3 +107,50 @@ def test_a_negative_count_or_duration_is_rejected_naming_the_field(key: str, val
     rejected = [e.detail for e in strategy.events if e.kind == "rejected" and e.node_id == BAD]
     assert rejected
     assert all(f"{key} must be >= 0" in r for r in rejected), rejected
+
+
+def _plain(claim: float) -> Callable[[Message, Context], Message]:
+    """An unmodified ClientApp (arrays + num-examples + its own train_loss) claiming ``claim``."""
+
+    def app(msg: Message, ctx: Context) -> Message:
+        arrays = msg.content.array_records["arrays"]
+        new = {k: Array(v.numpy() + np.float32(0.1)) for k, v in arrays.items()}
+        metrics = MetricRecord({"num-examples": claim, "train_loss": 0.5})
+        return Message(RecordDict({"arrays": ArrayRecord(new), "metrics": metrics}), reply_to=msg)
+
+    return app
+
+
+@pytest.mark.parametrize("kind", ["edge", "fedbuff", "fedasync"])
+def test_two_nodes_claiming_1e308_examples_are_rejected_not_an_overflow(kind: str) -> None:
+    # 1e308 is an integer-valued double, so it passed as num-examples; two of them in one
+    # median or one average made "OverflowError: int too large to convert to float"
+    clock = ScriptedClock()
+    grid = InProcessGrid(_plain(10), node_ids=NODES, clock=clock, latency=_latency)
+    for node in (1001, 1002):  # the two fastest: they fill the first buffer
+        grid.set_app(node, _plain(1e308))
+    strategy = _strategy(kind, clock)
+    with capture_flwr_logs() as logs:
+        strategy.start(grid, initial_model(), num_rounds=4, timeout=20.0)
+    assert len(strategy.history) == 4
+    assert all(not {1001, 1002} & set(h.participants) for h in strategy.history)
+    named = logs.matching("node 1001", "'num-examples' must be an integer within int64")
+    assert named, logs.messages(logging.WARNING)
+
+
+def test_evaluate_replies_claiming_1e308_examples_are_skipped_not_an_overflow() -> None:
+    from strategies.client_eval import aggregate_evaluate_replies
+
+    def reply(node: int, claim: float, loss: float) -> Message:
+        msg = Message(RecordDict(), dst_node_id=node, message_type="evaluate")
+        metrics = MetricRecord({"num-examples": claim, "loss": loss})
+        out = Message(RecordDict({"metrics": metrics}), reply_to=msg)
+        out.metadata.__dict__["_src_node_id"] = node
+        return out
+
+    replies = [reply(1001, 1e308, 9.0), reply(1002, 1e308, 9.0), reply(1003, 10, 0.5)]
+    with capture_flwr_logs() as logs:
+        metrics = aggregate_evaluate_replies(replies)
+    assert metrics is not None
+    assert dict(metrics) == {"loss": 0.5}
+    assert len(logs.matching("skipped", "within int64")) == 2
