@@ -11,7 +11,7 @@ or the equal-finish optimum). Nodes without a usable profile get equal shares.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from logging import INFO, WARNING
 from typing import Final
 
@@ -344,7 +344,7 @@ class SharePlanner:
             split = self._split(total - equal_part, matched, matched_ratios, cap, profiles)
             shares.update(zip(matched, split, strict=True))
             fraction = cfg.max_share_fraction
-            log_capped(self.name, matched, matched_ratios, total - equal_part, cap, fraction)
+            log_capped(self.name, matched, matched_ratios, total - equal_part, cap, fraction, split)
             if equal and split:
                 # a node without a profile is not given more than any profiled node: with
                 # max_epochs binding, total / n would be more work than the caps allow the
@@ -454,24 +454,33 @@ class SharePlanner:
 
 
 def log_capped(
-    name: str, ids: list[int], ratios: list[float], total: int, cap: int | None, fraction: float
+    name: str,
+    ids: list[int],
+    ratios: list[float],
+    total: int,
+    cap: int | None,
+    fraction: float,
+    shares: Sequence[int] | None = None,
 ) -> None:
-    """Log each node whose profile claims more than the cap.
+    """Log each node whose profile claims more than the cap, or looks absurd.
 
     The cap doing its designed work (e.g. the ``edge`` preset's 3x the mean share on a fast
     device) is INFO. A profile looks absurd, and is a WARNING, when its claim is more than
     :data:`SUSPECT_OVER_CAP` (10) times the cap, or its match ratio more than
     :data:`SUSPECT_RATIO_GAP` (100) times the best other node's (10x its scores on every
-    axis: a claim is bounded by the total, so a boast shows in the ratio, not the claim).
+    axis: a claim is bounded by the total, so a boast shows in the ratio, not the claim). An
+    absurd ratio the cap does not bound (``edge-seed``: ``max_share_fraction`` 1) is a
+    WARNING too, naming the nodes its claim leaves without samples (``shares``: those given).
     """
     if cap is None or not total:
         return
     whole = math.fsum(ratios)
     for k, (node_id, ratio) in enumerate(zip(ids, ratios, strict=True)):
         claimed = total * ratio / whole
+        best_other = max((r for i, r in enumerate(ratios) if i != k), default=0.0)
+        gap = ratio > SUSPECT_RATIO_GAP * best_other if best_other > 0 else False
+        versus = f"{ratio / best_other:.3g}x the best other node's match ratio" if gap else ""
         if claimed > cap:
-            best_other = max((r for i, r in enumerate(ratios) if i != k), default=0.0)
-            gap = ratio > SUSPECT_RATIO_GAP * best_other if best_other > 0 else False
             log(
                 WARNING if claimed > SUSPECT_OVER_CAP * cap or gap else INFO,
                 "%s: node %s share capped at %d samples (max_share_fraction %s); "
@@ -481,7 +490,21 @@ def log_capped(
                 cap,
                 fraction,
                 claimed,
-                f" ({ratio / best_other:.3g}x the best other node's match ratio)" if gap else "",
+                f" ({versus})" if gap else "",
+            )
+        elif gap:  # found by a new-user probe: a 1000x boast took every sample, unlogged
+            empty = [i for i, n in zip(ids, shares or (), strict=False) if n == 0]
+            log(
+                WARNING,
+                "%s: node %s's profile claims %s: its share is %.0f of %d samples "
+                "(max_share_fraction %s does not cap it)%s",
+                name,
+                node_id,
+                versus,
+                claimed,
+                total,
+                fraction,
+                f"; nodes {empty} get no samples and no job" if empty else "",
             )
 
 

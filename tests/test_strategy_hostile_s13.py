@@ -154,3 +154,42 @@ def test_evaluate_replies_claiming_1e308_examples_are_skipped_not_an_overflow() 
     assert metrics is not None
     assert dict(metrics) == {"loss": 0.5}
     assert len(logs.matching("skipped", "within int64")) == 2
+
+
+def test_an_uncapped_1000x_profile_boast_is_a_warning_naming_the_nodes_left_out() -> None:
+    # edge-seed (the seed's uncapped shares): node 1004 claimed 1000x the honest evaluations,
+    # took all 400 samples, the three others got none and never trained; nothing was logged
+    from fault_clients import HONEST_PROFILE
+
+    from strategies import ShareConfig
+
+    boast = tuple(1000.0 * v for v in HONEST_PROFILE)
+    clock = ScriptedClock()
+    grid = InProcessGrid(edge_app(), node_ids=NODES, clock=clock, latency=_latency)
+    grid.set_app(1004, edge_app(profile=boast))  # type: ignore[arg-type]
+    loop = LoopConfig(deadline=6.0, poll_interval=0.25)
+    strategy = EdgeStrategy.preset(
+        "edge-seed", threshold=2, clock=clock, loop=loop, shares=ShareConfig(total_samples=400)
+    )
+    with capture_flwr_logs() as logs:
+        strategy.start(grid, initial_model(), num_rounds=2, timeout=20.0)
+    warned = logs.matching(
+        "node 1004's profile claims", "best other node's match ratio", level=logging.WARNING
+    )
+    assert len(warned) == 1, logs.messages(logging.WARNING)
+    assert "nodes [1001, 1002, 1003] get no samples and no job" in warned[0]
+
+
+def test_log_capped_warns_of_an_absurd_ratio_only_beyond_the_gap() -> None:
+    from strategies.shares import SUSPECT_RATIO_GAP, log_capped
+
+    with capture_flwr_logs() as logs:
+        log_capped(
+            "edge", [1, 2, 3], [1.0, 1.0, 0.9 * SUSPECT_RATIO_GAP], 400, 400, 1.0, [4, 4, 392]
+        )
+    assert logs.messages(logging.WARNING) == []  # 90x: a fast device, not a boast
+    with capture_flwr_logs() as logs:
+        log_capped("edge", [1, 2, 3], [1.0, 1.0, 2 * SUSPECT_RATIO_GAP], 400, 400, 1.0, [0, 0, 400])
+    (line,) = logs.messages(logging.WARNING)
+    assert "node 3's profile claims 200x" in line
+    assert "nodes [1, 2] get no samples" in line
