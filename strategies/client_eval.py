@@ -131,11 +131,14 @@ def _add_metric(
         log(WARNING, "evaluate metric %r of node %s skipped: %s", key, node, problem)
         return False
     if isinstance(prev, list):
-        sums[key] = [b + weight * v for b, v in zip(prev, numbers, strict=True)]
-    elif is_list:
-        sums[key] = [weight * v for v in numbers]
+        added = [b + weight * v for b, v in zip(prev, numbers, strict=True)]
     else:
-        sums[key] = (prev or 0.0) + weight * numbers[0]
+        added = [(prev or 0.0) + weight * v for v in numbers]  # prev is None for a list
+    if not all(math.isfinite(v) for v in added):  # e.g. 1e300 weighted by 2**62 examples
+        what = f"{value!r} weighted by its {weight} examples overflows the average"
+        log(WARNING, "evaluate metric %r of node %s skipped: %s", key, node, what)
+        return False
+    sums[key] = added if is_list else added[0]
     return True
 
 

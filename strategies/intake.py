@@ -117,9 +117,12 @@ def train_metrics(
         "abandoned-jobs": abandoned_total,
         "num-examples": sum(u.num_examples for u in updates),
     }
+    # a loss whose product with its num-examples overflows (1e300 x 2**62) is left out
     losses = [(u.train_loss, u.num_examples) for u in updates if u.train_loss is not None]
-    if losses:
-        out["train-loss"] = math.fsum(loss * n for loss, n in losses) / sum(n for _, n in losses)
+    losses = [(x, n) for x, n in losses if math.isfinite(x * n)]
+    loss = math.fsum(x * n for x, n in losses) / sum(n for _, n in losses) if losses else None
+    if loss is not None and math.isfinite(loss):
+        out["train-loss"] = loss
     for key, mean in averaged_app_metrics(updates).items():
         out.setdefault(key, mean)  # the strategy's own keys win a clash
     per_node: dict[str, float] = {}
@@ -138,7 +141,8 @@ def averaged_app_metrics(updates: Sequence[Update]) -> dict[str, float | list[fl
     This is what Flower's FedAvg does with the train metrics (``aggregate_metricrecords``
     weighted by ``num-examples``), so an app's ``train_loss`` reads the same under both.
     Lists are averaged element by element over the updates whose list has the first one's
-    length and kind (a number where a list came first, or the reverse, is left out).
+    length and kind (a number where a list came first, or the reverse, is left out). A value
+    whose product with its ``num-examples`` would make the sum overflow is left out too.
     """
     sums: dict[str, tuple[np.ndarray, int]] = {}
     for u in updates:
@@ -147,7 +151,10 @@ def averaged_app_metrics(updates: Sequence[Update]) -> dict[str, float | list[fl
             total, weight = sums.get(key, (np.zeros_like(vec), 0))
             if total.shape != vec.shape:
                 continue
-            sums[key] = (total + vec * u.num_examples, weight + u.num_examples)
+            with np.errstate(over="ignore"):
+                added = total + vec * u.num_examples
+            if np.isfinite(added).all():  # else this value overflows the sum: left out
+                sums[key] = (added, weight + u.num_examples)
     return {key: (total / weight).tolist() for key, (total, weight) in sums.items() if weight > 0}
 
 

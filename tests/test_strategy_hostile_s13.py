@@ -193,3 +193,50 @@ def test_log_capped_warns_of_an_absurd_ratio_only_beyond_the_gap() -> None:
     (line,) = logs.messages(logging.WARNING)
     assert "node 3's profile claims 200x" in line
     assert "nodes [1, 2] get no samples" in line
+
+
+def test_an_evaluate_metric_that_overflows_its_weighted_sum_is_skipped() -> None:
+    # 1e300 x 2**62 examples is inf: the round's client-side loss was inf, the honest 0.5 lost
+    from strategies.client_eval import aggregate_evaluate_replies
+
+    def reply(node: int, claim: int, loss: float) -> Message:
+        msg = Message(RecordDict(), dst_node_id=node, message_type="evaluate")
+        out = Message(
+            RecordDict({"metrics": MetricRecord({"num-examples": claim, "loss": loss})}),
+            reply_to=msg,
+        )
+        out.metadata.__dict__["_src_node_id"] = node
+        return out
+
+    with capture_flwr_logs() as logs:
+        metrics = aggregate_evaluate_replies([reply(1001, 2**62, 1e300), reply(1002, 10, 0.5)])
+    assert metrics is not None
+    assert dict(metrics) == {"loss": 0.5}
+    assert logs.matching("'loss' of node 1001 skipped", "overflows the average")
+
+
+def test_train_metrics_that_overflow_their_weighted_sum_are_left_out() -> None:
+    from strategies.history import AggregationRecord
+    from strategies.intake import train_metrics
+    from strategies.records import Update
+
+    def update(node: int, examples: int, value: float) -> Update:
+        return Update(
+            node_id=node,
+            job_id=node,
+            base_version=0,
+            arrays=(),
+            num_examples=examples,
+            share=0,
+            delay=0.0,
+            received_at=0.0,
+            late=False,
+            train_loss=value,
+            app_metrics=(("acc", value),),
+        )
+
+    updates = [update(1001, 2**62, 1e300), update(1002, 10, 0.5)]
+    record = AggregationRecord.build(1, 0.0, updates, [1.0, 1.0], ([0.0, 0.0], [0.5, 0.5]), None)
+    out = dict(train_metrics(record, updates, 0))
+    assert out["train-loss"] == 0.5  # the honest node's values, not inf
+    assert out["acc"] == 0.5
