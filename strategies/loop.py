@@ -67,6 +67,7 @@ from strategies.intake import accept_finished, screen_buffer, train_metrics
 from strategies.liveness import expire, on_deadline, unblock, wait
 from strategies.membership import Job, Membership, Node
 from strategies.records import (
+    UNASKED_PROFILE,
     AggregationRecord,
     Combined,
     EventKind,
@@ -333,6 +334,9 @@ class EventLoop:
             return
         job = node.job
         if isinstance(event.reply, ProfileRecord) and job is not None:
+            if not node.profile_pending and node.node_id not in self.planner.late:
+                self.reject(node, job.job_id, UNASKED_PROFILE)  # else a new job at once
+                return
             node.job = None  # a profile ends the job it was asked with
             self.profile_answer(node, job.job_id, event.reply, "")
             return

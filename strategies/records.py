@@ -22,6 +22,7 @@ from flower_edge.errors import InputError
 
 __all__ = [
     "BAD_PROFILE_REPLY",
+    "UNASKED_PROFILE",
     "AggregationRecord",
     "AppMetric",
     "Combined",
@@ -39,6 +40,11 @@ __all__ = [
 
 #: the start of the reason of a profile-only reply that could not be read
 BAD_PROFILE_REPLY: Final = "bad profile reply"
+#: the reason of a profile-only reply to a train message that did not ask for the profile
+#: (it used to end the job silently, and the node got a new job, with the model, at once)
+UNASKED_PROFILE: Final = (
+    "a profile-only reply (no update) to a train message that did not ask for it"
+)
 #: the range of an integer protocol metric: Flower's wire carries integers as sint64, so a
 #: count beyond it can only be a float such as 1e308, whose sums overflowed to an
 #: OverflowError out of the loop (two such ``num-examples`` in one aggregation)

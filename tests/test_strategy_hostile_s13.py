@@ -240,3 +240,34 @@ def test_train_metrics_that_overflow_their_weighted_sum_are_left_out() -> None:
     out = dict(train_metrics(record, updates, 0))
     assert out["train-loss"] == 0.5  # the honest node's values, not inf
     assert out["acc"] == 0.5
+
+
+@pytest.mark.parametrize("kind", ["edge", "fedbuff", "fedasync"])
+def test_a_node_that_answers_every_job_with_its_profile_gets_one_job_per_version(
+    kind: str,
+) -> None:
+    # a profile-only reply ended the job silently and the node got a new job (with the whole
+    # model) at once: a node answering in 10 ms got about one job per 10 ms, none rejected
+    from fault_clients import HONEST_PROFILE, _profile_reply
+
+    def profile_only(msg: Message, ctx: Context) -> Message:
+        return _profile_reply(msg, HONEST_PROFILE, 100)
+
+    clock = ScriptedClock()
+    fast = {BAD: 0.01}
+    grid = InProcessGrid(
+        edge_app(),
+        node_ids=NODES,
+        clock=clock,
+        latency=lambda node, msg: fast.get(node, float(node % 100)),
+    )
+    grid.set_app(BAD, profile_only)
+    strategy = _strategy(kind, clock)
+    with capture_flwr_logs() as logs:
+        strategy.start(grid, initial_model(), num_rounds=6, timeout=20.0)
+    assert len(strategy.history) == 6
+    jobs = [m for m in grid.pushed if m.metadata.dst_node_id == BAD]
+    assert len(jobs) <= 6 + 1  # one per global version (and the profile request)
+    rejected = [e for e in strategy.events if e.kind == "rejected" and e.node_id == BAD]
+    assert len(rejected) >= len(jobs) - 2  # the profile request and the last job out
+    assert logs.matching(f"rejected reply of node {BAD}", "did not ask for it")
