@@ -8,8 +8,10 @@
   robustly (Theil-Sen) from (load, seconds) observations, falling back to a prior.
 * :func:`rebalance` -- seed formula 9 (``method="seed"``): move
   ``delta = (T_s - T_f) / (k_s + k_f)`` samples (rounded to the better neighbouring integer)
-  from the slowest node s to the fastest node f while that shortens the pair's finish; or
-  (``method="optimal"``) the global equal-finish optimum with integer rounding.
+  from the slowest node s to the fastest node f while that shortens the pair's finish (a
+  fastest node that cannot take one sample and still finish before s is passed over for
+  the next fastest, until no node can); or (``method="optimal"``) the global equal-finish
+  optimum with integer rounding.
 
 Participation convention
     A node given 0 samples does not train this round: its predicted time is 0 and it does not
