@@ -520,7 +520,8 @@ class SemiAsyncStrategy(Strategy):
             Config of the client-side evaluate messages (``fraction_evaluate > 0``).
         evaluate_fn : callable, optional
             ``evaluate_fn(round, arrays) -> MetricRecord``: server-side evaluation, used for
-            the Result, leave-one-out values and convergence.
+            the Result, leave-one-out values and convergence. Called several times per
+            aggregation with its round; the last call scores the served model.
 
         Returns
         -------

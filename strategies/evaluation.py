@@ -5,6 +5,11 @@ run values and stops on (``ValuationConfig.metric_key``), and values the partici
 aggregation: exact leave-one-out (one evaluation per participant of the global model without
 it, a subtraction from the running weighted sum; or one batched ``evaluate_many_fn`` call) or
 the first-order estimate from one gradient. A failed valuation falls back to equal values.
+
+Of the ``evaluate_fn`` calls of an aggregation (all with its ``server_round``), the last one
+scores the model the strategy serves: the leave-one-out models come before the aggregate,
+and the served model is scored once more at the end when another model came after it
+(:meth:`ServerEvaluation.evaluate_last`).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EvaluateFn",
+    "Scored",
     "ServerEvaluation",
     "Step",
     "check_metric_keys",
@@ -85,6 +91,10 @@ class ServerEvaluation:
         self.values: dict[int, float] = {}
         #: round, node ids and values of the last aggregation, as sent to the clients
         self.last_values: tuple[int, list[int], list[float]] = (0, [], [])
+        #: ``evaluate_fn`` calls so far (a call's number tells whether a later one came)
+        self.calls = 0
+        #: what the last call returned
+        self.last: MetricRecord | None = None
 
     def record_values(self, record: AggregationRecord) -> None:
         """Keep each participant's latest value (summed over its updates) to send out."""
@@ -99,7 +109,60 @@ class ServerEvaluation:
         """Return ``evaluate_fn``'s metrics of ``arrays`` (``None`` without one)."""
         if self.evaluate_fn is None:
             return None
-        return self.evaluate_fn(rnd, to_record(self.keys, arrays))
+        metrics = self.evaluate_fn(rnd, to_record(self.keys, arrays))
+        self.calls += 1
+        self.last = metrics
+        return metrics
+
+    def evaluate_last(self, rnd: int, arrays: Sequence[NDArray], at: int) -> None:
+        """Score the served model ``arrays`` once more if call ``at`` was not the last one.
+
+        ``at``: the call that scored it. An ``evaluate_fn`` that saves the model it is given
+        then ends every round on the served one; the metrics recorded stay those of call
+        ``at`` (the same for a deterministic ``evaluate_fn``).
+        """
+        if self.evaluate_fn is not None and at != self.calls:
+            self.evaluate(rnd, arrays)
+
+    def loo_due(self, count: int) -> bool:
+        """Return whether the values of ``count`` updates need leave-one-out evaluations."""
+        return (
+            self.enabled
+            and self.config.mode == "loo"
+            and self.evaluate_fn is not None
+            and count >= 2
+        )
+
+    def score(self, rnd: int, arrays: Sequence[NDArray], total: WeightedSum | None) -> Scored:
+        """Evaluate the aggregate ``arrays`` and the models without each update of ``total``.
+
+        The leave-one-out models (none when ``total`` is ``None``) are evaluated only when
+        the aggregate has the valuation metric. They come first, so that the aggregate is
+        the last model scored, when the last call so far returned the metric (and before
+        the first call); otherwise the aggregate comes first, and decides.
+        """
+        if total is None:
+            return Scored(self.evaluate(rnd, arrays), self.calls, None, None)
+        if self.calls == 0 or self.metric(self.last) is not None:
+            without, error = self._without(rnd, total)
+            metrics = self.evaluate(rnd, arrays)
+            if self.metric(metrics) is None:  # unused, as if never computed
+                return Scored(metrics, self.calls, None, None)
+            return Scored(metrics, self.calls, without, error)
+        metrics = self.evaluate(rnd, arrays)
+        at = self.calls
+        if self.metric(metrics) is None:
+            return Scored(metrics, at, None, None)
+        return Scored(metrics, at, *self._without(rnd, total))
+
+    def _without(
+        self, rnd: int, total: WeightedSum
+    ) -> tuple[list[float] | None, FlowerEdgeError | None]:
+        """Return the leave-one-out metrics, or why they could not be computed."""
+        try:
+            return self.metrics_without(rnd, total), None
+        except FlowerEdgeError as exc:
+            return None, exc
 
     def check_metric_key(self, metrics: MetricRecord, *, needed: bool) -> None:
         """Raise ConfigError if the metric the run needs is missing from ``metrics``."""
@@ -125,32 +188,27 @@ class ServerEvaluation:
         """Whether aggregations may leave out their worst update (``drop_worst``)."""
         return self.config.drop_worst and self.enabled and self.evaluate_fn is not None
 
-    def worst_update(
-        self, rnd: int, total: WeightedSum | None, metrics: MetricRecord | None
-    ) -> tuple[int | None, list[float] | None]:
-        """Return (the update to leave out, the leave-one-out metrics) for ``drop_worst``.
+    def worst_update(self, rnd: int, scored: Scored) -> int | None:
+        """Return the update to leave out for ``drop_worst``, of :meth:`score`'s result.
 
         The update is the one whose removal improves the metric of the full aggregate
-        (``metrics``) the most, ``None`` when no removal improves it; the metrics are
-        ``None`` when they could not be computed (logged; the full aggregate stands).
+        the most, ``None`` when no removal improves it or the leave-one-out metrics could
+        not be computed (logged; the full aggregate stands).
         """
-        full = self.metric(metrics)
-        if full is None or total is None or len(total.keys) < 2:
-            return None, None
-        try:
-            without = self.metrics_without(rnd, total)
-        except (InputError, FlowerEdgeError) as exc:
+        full, without = self.metric(scored.metrics), scored.without
+        if scored.error is not None:
             log(
                 WARNING,
                 "%s round %d: leave-one-out failed (%s): nothing dropped",
                 self.name,
                 rnd,
-                exc,
+                scored.error,
             )
-            return None, None
+        if full is None or not without:
+            return None
         sign = 1.0 if self.config.higher_is_better else -1.0
         best = max(range(len(without)), key=lambda i: _score(sign, without[i]))
-        return (best if _score(sign, without[best]) > _score(sign, full) else None), without
+        return best if _score(sign, without[best]) > _score(sign, full) else None
 
     def valuate(
         self,
@@ -159,10 +217,12 @@ class ServerEvaluation:
         count: int,
         metrics: MetricRecord | None,
         without: list[float] | None = None,
+        error: FlowerEdgeError | None = None,
     ) -> tuple[list[float], list[float]]:
         """Return the contributions and values of the ``count`` updates summed in ``total``.
 
-        ``without``: the leave-one-out metrics when they are already known (``drop_worst``).
+        ``without``: the leave-one-out metrics when they are already known (:meth:`score`),
+        ``error``: why they could not be computed; otherwise they are computed here.
         """
         equal = ([0.0] * count, [1.0 / count] * count)
         full = self.metric(metrics)
@@ -176,6 +236,8 @@ class ServerEvaluation:
                 return contributions.tolist(), values_from_contributions(
                     contributions.tolist()
                 ).tolist()
+            if error is not None:
+                raise error
             if without is None:
                 without = self.metrics_without(rnd, total)
             contrib, vals = leave_one_out_values(
@@ -213,36 +275,47 @@ def evaluate_served(
     """Return the metrics of the loop's served model and of the full aggregate.
 
     Without a moving average (``average_passes``) the served model is the global model,
-    evaluated once; with one, the average is updated with the new global model and becomes
+    scored once (by :meth:`Step.of` when it scored the full aggregate and nothing was
+    dropped); with one, the average is updated with the new global model and becomes
     the served model, and the aggregate is evaluated only when leave-one-out needs its
-    metric. ``step.full``: the aggregate's metrics when already known (``drop_worst``);
-    ``step.dropped``: the global model is the aggregate without that update, whose
-    valuation metric the leave-one-out evaluations (``step.without``) gave.
+    metric. ``step.full``: the aggregate's metrics when already known; ``step.dropped``:
+    the global model is the aggregate without that update, whose valuation metric the
+    leave-one-out evaluations (``step.without``) gave.
 
     With ``serve_better`` the served model is whichever of the global model and the average
-    scores better on the valuation metric (:func:`serve_better_of`).
+    scores better on the valuation metric (:func:`serve_better_of`). The last
+    ``evaluate_fn`` call of the round scores the served model
+    (:meth:`ServerEvaluation.evaluate_last`).
     """
     evaluation = loop.evaluation
-    full, dropped = step.full, step.dropped is not None
+    full, scored, dropped = step.full, step.full_at > 0, step.dropped is not None
     if loop.average is None:
-        metrics = (
-            full
-            if full is not None and not dropped
-            else evaluation.evaluate(rnd, loop.global_arrays)
-        )
-        return metrics, (metrics if full is None else full)
-    own = full
-    if own is None and evaluation.enabled:
+        if scored and not dropped:
+            metrics, at = full, step.full_at
+        else:
+            metrics = evaluation.evaluate(rnd, loop.global_arrays)
+            at = evaluation.calls
+        evaluation.evaluate_last(rnd, loop.global_arrays, at)
+        return metrics, (full if scored else metrics)
+    own, own_at = full, step.full_at
+    if not scored and evaluation.enabled:
         own = evaluation.evaluate(rnd, loop.global_arrays)
+        own_at = evaluation.calls
     loop.served = loop.average.update(loop.global_arrays)
     served = evaluation.evaluate(rnd, loop.served)
+    at = evaluation.calls
     loop.serving_global = False
-    if not loop.strategy.serve_better:
-        return served, own
-    if step.dropped is not None:  # (``dropped``, narrowed for the index)
-        known = None if step.without is None else step.without[step.dropped]
-        return serve_better_of(loop, rnd, served, None, known), own
-    return serve_better_of(loop, rnd, served, own, None), own
+    if loop.strategy.serve_better:
+        before = evaluation.calls
+        if step.dropped is not None:  # (``dropped``, narrowed for the index)
+            known = None if step.without is None else step.without[step.dropped]
+            served = serve_better_of(loop, rnd, served, None, known)
+        else:
+            served = serve_better_of(loop, rnd, served, own, None)
+        if loop.serving_global:  # scored here (last), or known before the average
+            at = evaluation.calls if evaluation.calls != before else own_at
+    evaluation.evaluate_last(rnd, loop.served, at)
+    return served, own
 
 
 def _score(sign: float, metric: float) -> float:
@@ -278,6 +351,15 @@ def serve_better_of(
     return glob if glob is not None else evaluation.evaluate(rnd, loop.global_arrays)
 
 
+class Scored(NamedTuple):
+    """An aggregate's metrics and its leave-one-out metrics (:meth:`ServerEvaluation.score`)."""
+
+    metrics: MetricRecord | None  # the aggregate's
+    at: int  # the evaluate_fn call that returned them
+    without: list[float] | None  # the metric without each update, when computed
+    error: FlowerEdgeError | None  # why they could not be
+
+
 class Step(NamedTuple):
     """The new global model of an aggregation (:meth:`of`), as ``drop_worst`` chose it."""
 
@@ -286,21 +368,35 @@ class Step(NamedTuple):
     full: MetricRecord | None  # the full aggregate's metrics, when evaluated here
     without: list[float] | None  # the leave-one-out metrics, when computed here
     dropped: int | None  # the update left out
+    full_at: int = 0  # the evaluate_fn call that returned ``full`` (0: not evaluated here)
+    error: FlowerEdgeError | None = None  # why the leave-one-out metrics could not be computed
 
     @classmethod
     def of(cls, evaluation: ServerEvaluation, combined: Combined, rnd: int) -> Step:
-        """Return the full aggregate, or the aggregate without its worst update."""
+        """Return the full aggregate, or the aggregate without its worst update.
+
+        The aggregate and its leave-one-out models are scored here when ``drop_worst`` or
+        the values need them, the leave-one-out models first (:meth:`ServerEvaluation.score`).
+        """
         step = cls(list(combined.arrays), list(combined.weights), None, None, None)
         total = combined.total
-        if not evaluation.drops or total is None:
+        if total is not None and evaluation.drops:
+            scored = evaluation.score(rnd, step.arrays, total if len(total.keys) >= 2 else None)
+        elif total is not None and evaluation.loo_due(len(step.weights)):
+            scored = evaluation.score(rnd, step.arrays, total)
+        else:
             return step
-        full = evaluation.evaluate(rnd, step.arrays)
-        dropped, without = evaluation.worst_update(rnd, total, full)
+        step = step._replace(
+            full=scored.metrics, without=scored.without, full_at=scored.at, error=scored.error
+        )
+        dropped = evaluation.worst_update(rnd, scored) if evaluation.drops else None
         if dropped is None:
-            return step._replace(full=full, without=without)
+            return step
         weights = list(step.weights)
         weights[dropped] = 0.0
-        return cls(total.mean_without(total.keys[dropped]), weights, full, without, dropped)
+        return step._replace(
+            arrays=total.mean_without(total.keys[dropped]), weights=weights, dropped=dropped
+        )
 
 
 def check_metric_keys(loop: EventLoop, metrics: MetricRecord) -> None:

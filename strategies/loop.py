@@ -420,13 +420,15 @@ class EventLoop:
         self.version += 1
         rnd = self.version
         step = Step.of(self.evaluation, combined, rnd)  # drop_worst may leave one update out
-        arrays, weights, full, without, dropped = step
+        arrays, weights, dropped = step.arrays, step.weights, step.dropped
         self.global_arrays = [np.asarray(a) for a in arrays]
         self.global_record = to_record(self.keys, self.global_arrays)
         self.versions[rnd] = self.global_arrays
         self._prune_versions()
         metrics, own = evaluate_served(self, rnd, step)
-        valued = self.evaluation.valuate(rnd, combined.total, len(updates), own, without)
+        valued = self.evaluation.valuate(
+            rnd, combined.total, len(updates), own, step.without, step.error
+        )
         record = AggregationRecord.build(
             rnd, when - self.start_time, updates, weights, valued, metrics
         )

@@ -200,8 +200,8 @@ def test_the_quickstarts_fedavg_arguments_carry_over_with_a_warning() -> None:
 
 
 def test_evaluate_fn_calls_per_aggregation_are_as_the_dropin_guide_says() -> None:
-    """docs/dropin.md warns FedAvg users that ``evaluate_fn`` runs 1 + (K + 1) times per
-    aggregation with the same ``server_round`` (leave-one-out models), the first call on the
+    """docs/dropin.md warns FedAvg users that ``evaluate_fn`` runs (K + 1) + 1 times per
+    aggregation with the same ``server_round`` (leave-one-out models), the last call on the
     served model, and once with ``ValuationConfig(mode="off")``."""
     from pathlib import Path
 
@@ -209,7 +209,8 @@ def test_evaluate_fn_calls_per_aggregation_are_as_the_dropin_guide_says() -> Non
 
     guide = (Path(__file__).resolve().parents[1] / "docs" / "dropin.md").read_text()
     assert "`evaluate_fn` is called **more than once per aggregation**" in guide
-    assert "with `threshold=2` it runs 1 + 3 times per" in guide
+    assert "with `threshold=2` it runs 3 + 1 times per" in guide
+    assert "The last call of a round" in guide
     score = accuracy_fn()
     calls: list[tuple[int, np.ndarray]] = []
 
@@ -225,5 +226,5 @@ def test_evaluate_fn_calls_per_aggregation_are_as_the_dropin_guide_says() -> Non
         )
         rounds = [rnd for rnd, _ in calls]
         assert rounds == [0] + [1] * per_round + [2] * per_round
-        first_of_last = next(w for rnd, w in calls if rnd == 2)
-        assert np.array_equal(first_of_last, result.arrays["w"].numpy())
+        last_of_last = [w for rnd, w in calls if rnd == 2][-1]
+        assert np.array_equal(last_of_last, result.arrays["w"].numpy())

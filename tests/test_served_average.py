@@ -115,23 +115,23 @@ def test_the_served_model_is_the_ema_of_the_global_models_and_training_is_unchan
     for a, b in zip(plain.history, averaged.history, strict=True):
         assert a.participants == b.participants
         assert a.values == pytest.approx(b.values)
-    # the global models of the plain run: its first evaluation of each round
+    # the global models of the plain run: its last evaluation of each round
     globals_ = {}
     for rnd, arrays in plain_seen:
-        globals_.setdefault(rnd, arrays)
+        globals_[rnd] = arrays
     models = [globals_[r] for r in range(1, 7)]
     expected = _brute_ema(models, 0.75)
     got = as_numpy(result.arrays)
     np.testing.assert_allclose(got[0], expected[0].astype(got[0].dtype), rtol=1e-6)
     assert got[1].tolist() == models[-1][1].tolist()  # the step counter of the newest global
-    # each round evaluates the global model (for leave-one-out), then the served model, then
-    # the models without each update; the Result's metric is the served model's
+    # each round evaluates the models without each update, the global model (for
+    # leave-one-out), then the served model, last; the Result's metric is the served model's
     per_round: dict[int, list[list[np.ndarray]]] = {}
     for rnd, arrays in seen:
         per_round.setdefault(rnd, []).append(arrays)
     for r in range(1, 7):
         ema = _brute_ema(models[:r], 0.75)
-        served = per_round[r][1]
+        served = per_round[r][-1]
         np.testing.assert_allclose(served[0], ema[0].astype(served[0].dtype), rtol=1e-6)
         w = ema[0].astype(np.float32).astype(np.float64)
         want = 1.0 / (1.0 + abs(float(w.mean()) - 2.0))
