@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from flower_edge import validate
 from flower_edge.errors import FlowerEdgeError, InputError
-from simulations.outputs import check_output_files, write_outputs
+from simulations.outputs import check_output_files, unfinished_runs, write_outputs
 
 if TYPE_CHECKING:
     from simulations.app import SimSettings
@@ -502,19 +502,25 @@ def _run(
     ray_init_args: dict[str, Any] | None,
     out: Path | None,
 ) -> int:
-    """Run every strategy of ``runs``; write the outputs to ``out`` and print the results."""
-    from simulations.report import results_to_json, summary_table
+    """Run every strategy of ``runs``; write the outputs to ``out`` and print the results.
+
+    When a strategy fails or is interrupted after at least one has finished, the finished
+    rows are still written and printed, marked as partial (:func:`unfinished_runs`); then the
+    failure or the interrupt goes on (exit code 1 or 130).
+    """
+    from simulations.report import partial_line, results_to_json, summary_table
     from simulations.runner import run_experiment, shared_ray_session
 
     progress = _Progress(sys.stderr, len(runs))
     as_list = args.strategy == "all" or len(runs) > 1
     results: list[RunResult] = []
+    stop: Exception | KeyboardInterrupt | None = None  # what ended a later strategy
     guard = _stdout_to_stderr() if args.json else contextlib.nullcontext()
     with guard, shared_ray_session(args.engine, len(runs)):
         for s in runs:
             progress.start(f"{s.scenario.name}/{s.strategy}")
-            results.append(
-                run_experiment(
+            try:
+                result = run_experiment(
                     s,
                     engine=args.engine,
                     cpus=args.cpus,
@@ -522,26 +528,40 @@ def _run(
                     progress=progress,
                     verbose=args.verbose,
                 )
-            )
-            progress.finish()
+            except (Exception, KeyboardInterrupt) as exc:
+                if not results:  # nothing finished: nothing to keep
+                    raise
+                stop = exc
+                break
+            finally:
+                progress.finish()
+            results.append(result)
+        unfinished = unfinished_runs([s.strategy for s in runs], len(results), stop)
         written: list[Path] = []
         failed: OSError | None = None
         try:
-            written = write_outputs(results, runs, out, as_list) if out is not None else []
+            written = (
+                write_outputs(results, runs, out, as_list, unfinished) if out is not None else []
+            )
         except OSError as exc:  # a full disk: the results still go to stdout, then exit 1
             failed = exc
     if args.json:
-        print(results_to_json(results, as_list=as_list))
+        print(results_to_json(results, as_list=as_list, unfinished=unfinished))
     else:
-        print(summary_table(results))
+        print(summary_table(results) + (f"\n{partial_line(unfinished)}" if stop else ""))
     if failed is not None:
         name = Path(failed.filename).name if failed.filename else "its files"
-        raise FlowerEdgeError(
-            f"--out {out}: cannot write {name}: {failed.strerror or failed}; the results are "
-            "on stdout only"
-        )
+        message = f"--out {out}: cannot write {name}: {failed.strerror or failed}"
+        if stop is not None:  # the failure or interrupt of the run is the one to report
+            _note(message)
+            raise stop
+        raise FlowerEdgeError(f"{message}; the results are on stdout only")
     if out is not None and not args.json:
         print(f"\nresults and plots in {out}/:")
         for path in written:
             print(f"  {path.name}")
+    if stop is not None:
+        kept = ", ".join(r.strategy for r in results)
+        _note(f"partial run: the results of {kept} were kept" + (f" in {out}/" if out else ""))
+        raise stop
     return 0

@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,7 +18,13 @@ if TYPE_CHECKING:
     from simulations.app import SimSettings
     from simulations.report import RunResult
 
-__all__ = ["check_output_files", "output_files", "remove_stale_timelines", "write_outputs"]
+__all__ = [
+    "check_output_files",
+    "output_files",
+    "remove_stale_timelines",
+    "unfinished_runs",
+    "write_outputs",
+]
 
 
 def output_files(out: Path, strategies: Sequence[str]) -> list[Path]:
@@ -43,10 +49,41 @@ def check_output_files(out: Path, strategies: Sequence[str]) -> None:
             )
 
 
+def unfinished_runs(
+    strategies: Sequence[str], done: int, stop: BaseException | None
+) -> dict[str, str]:
+    """Return each strategy after the first ``done`` that did not finish, and why.
+
+    Found by a new-user probe: ``--strategy all`` lost the rows of the strategies that had
+    finished when a later one failed or was interrupted. The strategy that ``stop`` ended
+    gets ``"interrupted"`` (Ctrl-C, SIGTERM) or the error's one-line message; those after
+    it ``"not started"``. Empty when ``stop`` is ``None`` (the run is complete).
+    """
+    if stop is None:
+        return {}
+    if isinstance(stop, KeyboardInterrupt):
+        reason = "interrupted"
+    else:
+        lines = str(stop).strip().splitlines()
+        reason = type(stop).__name__ + (f": {lines[0]}" if lines else "")
+    return {
+        name: reason if i == done else "not started"
+        for i, name in enumerate(strategies)
+        if i >= done
+    }
+
+
 def write_outputs(
-    results: Sequence[RunResult], settings: Sequence[SimSettings], out: Path, as_list: bool
+    results: Sequence[RunResult],
+    settings: Sequence[SimSettings],
+    out: Path,
+    as_list: bool,
+    unfinished: Mapping[str, str] | None = None,
 ) -> list[Path]:
     """Write the run's files to ``out`` (see the module docstring); return their paths.
+
+    ``unfinished`` (:func:`unfinished_runs`) marks a partial run in ``results.json`` and
+    ``summary.txt``; only the finished strategies have plots.
 
     Raises
     ------
@@ -54,10 +91,10 @@ def write_outputs(
         When a file cannot be written (a full disk, a folder in its place).
     """
     from simulations.plots import plot_accuracy, plot_timeline
-    from simulations.report import summary_table, write_json
+    from simulations.report import partial_line, summary_table, write_json
 
     remove_stale_timelines(out, {r.strategy for r in results})
-    written = [write_json(results, out / "results.json", as_list=as_list)]
+    written = [write_json(results, out / "results.json", as_list=as_list, unfinished=unfinished)]
     written.append(plot_accuracy(results, out / "accuracy.png"))
     for r in results:
         title = f"{r.scenario} / {r.strategy}: client timeline (seed {r.seed})"
@@ -66,7 +103,9 @@ def write_outputs(
         )
     written.append(_plot_radar(settings[0], out / "radar.png"))
     table = out / "summary.txt"
-    table.write_text(summary_table(results) + "\n", encoding="utf-8")
+    partial = partial_line(unfinished or {})
+    text = summary_table(results) + (f"\n{partial}" if partial else "")
+    table.write_text(text + "\n", encoding="utf-8")
     written.append(table)
     return written
 

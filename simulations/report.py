@@ -49,13 +49,18 @@ they did not need to train (saved), and the last theta sent; all 0 (theta null) 
 strategy without the rule. ``abandoned_jobs`` counts every abandon a client reported, replies
 still in flight when the run ended included; ``abandon.abandoned`` only those the strategy
 processed, so it can be smaller.
+
+A partial ``--strategy all`` run (a later strategy failed or was interrupted after at least
+one had finished) adds to every row ``"unfinished": {strategy: reason}``: each strategy that
+did not finish, with ``"interrupted"``, the error's one-line message, or ``"not started"``
+(:func:`results_to_json`). A complete run has no such field.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -258,10 +263,28 @@ def time_to_target(history: Sequence[HistoryPoint], target: float) -> float | No
     return None
 
 
-def results_to_json(results: Sequence[RunResult], *, as_list: bool) -> str:
-    """Return the JSON text of the contract: one object, or a list when ``as_list``."""
-    payload: Any = [r.to_dict() for r in results] if as_list else results[0].to_dict()
+def results_to_json(
+    results: Sequence[RunResult], *, as_list: bool, unfinished: Mapping[str, str] | None = None
+) -> str:
+    """Return the JSON text of the contract: one object, or a list when ``as_list``.
+
+    ``unfinished`` (a partial run: each strategy that did not finish, and why) is added to
+    every row as the field ``unfinished``; a complete run has no such field.
+    """
+    rows = [r.to_dict() for r in results]
+    if unfinished:
+        for row in rows:
+            row["unfinished"] = dict(unfinished)
+    payload: Any = rows if as_list else rows[0]
     return json.dumps(payload, indent=2, allow_nan=False)
+
+
+def partial_line(unfinished: Mapping[str, str]) -> str:
+    """Return the table's line that marks a partial run (empty for a complete one)."""
+    if not unfinished:
+        return ""
+    missing = ", ".join(f"{name} ({why})" for name, why in unfinished.items())
+    return f"PARTIAL: only the strategies above finished; did not finish: {missing}"
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -368,9 +391,16 @@ def stop_line(result: RunResult) -> str:
     return line
 
 
-def write_json(results: Sequence[RunResult], path: Path, *, as_list: bool) -> Path:
+def write_json(
+    results: Sequence[RunResult],
+    path: Path,
+    *,
+    as_list: bool,
+    unfinished: Mapping[str, str] | None = None,
+) -> Path:
     """Write :func:`results_to_json` to ``path`` and return it."""
-    path.write_text(results_to_json(results, as_list=as_list) + "\n", encoding="utf-8")
+    text = results_to_json(results, as_list=as_list, unfinished=unfinished)
+    path.write_text(text + "\n", encoding="utf-8")
     return path
 
 
