@@ -23,7 +23,7 @@ from flwr.common.logger import log
 from flower_edge import validate, wire
 from strategies.dispatch import Dispatcher
 from strategies.membership import Node
-from strategies.records import short_error
+from strategies.records import INT64_MAX, short_error
 
 __all__ = ["NO_HANDLER_HINT", "ClientEvaluation", "aggregate_evaluate_replies"]
 
@@ -39,7 +39,7 @@ def _weight(value: object) -> int | None:
     """Return ``num-examples`` as a positive int64 (``140`` or ``140.0``), else ``None``."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    if not math.isfinite(value) or value <= 0 or value != int(value) or value >= 2**63:
+    if not math.isfinite(value) or value <= 0 or value != int(value) or value > INT64_MAX:
         return None  # beyond int64 (an integer-valued float): sums of such overflowed
     return int(value)
 

@@ -49,6 +49,21 @@ def _global_file(directory: Path) -> Path:
     return next(directory.glob("global-*.npz"))
 
 
+def _refused_on_resume(directory: Path, match: str) -> None:
+    """Resuming from ``directory`` raises an InputError matching ``match`` before any message."""
+    grid = InProcessGrid(ToyEdge(), 4)
+    strategy = EdgeStrategy(
+        threshold=3,
+        clock=VirtualClock(wall=ManualClock()),
+        shares=SHARES,
+        checkpoint_dir=directory,
+        resume=True,
+    )
+    with pytest.raises(InputError, match=match):
+        strategy.start(grid, model(0.0), num_rounds=4)
+    assert grid.pushed == []
+
+
 def _truncate(path: Path, size: int | None = None) -> None:
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2 if size is None else size])
@@ -114,17 +129,7 @@ def test_an_unreadable_checkpoint_is_an_input_error_naming_the_file(
     damage, match = UNREADABLE[name]
     _killed_after_two(tmp_path)
     damage(tmp_path)
-    grid = InProcessGrid(ToyEdge(), 4)
-    strategy = EdgeStrategy(
-        threshold=3,
-        clock=VirtualClock(wall=ManualClock()),
-        shares=SHARES,
-        checkpoint_dir=tmp_path,
-        resume=True,
-    )
-    with pytest.raises(InputError, match=match):
-        strategy.start(grid, model(0.0), num_rounds=4)
-    assert grid.pushed == []
+    _refused_on_resume(tmp_path, match)
 
 
 def test_a_nan_global_model_is_refused_before_any_message(tmp_path: Path) -> None:
@@ -132,17 +137,7 @@ def test_a_nan_global_model_is_refused_before_any_message(tmp_path: Path) -> Non
     _killed_after_two(tmp_path)
     arrays = {"a0": np.array([1.0, np.nan, 1.0], np.float32), "a1": np.array([5], np.int64)}
     np.savez(_global_file(tmp_path), **arrays)  # type: ignore[arg-type]
-    grid = InProcessGrid(ToyEdge(), 4)
-    strategy = EdgeStrategy(
-        threshold=3,
-        clock=VirtualClock(wall=ManualClock()),
-        shares=SHARES,
-        checkpoint_dir=tmp_path,
-        resume=True,
-    )
-    with pytest.raises(InputError, match="array 'w' holds NaN or Inf"):
-        strategy.start(grid, model(0.0), num_rounds=4)
-    assert grid.pushed == []
+    _refused_on_resume(tmp_path, "array 'w' holds NaN or Inf")
 
 
 def test_a_cut_last_audit_line_is_dropped_and_the_run_resumes(tmp_path: Path) -> None:
