@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from logging import INFO, WARNING
 from pathlib import Path
-from typing import Final, TypedDict, TypeVar
+from typing import TypedDict, TypeVar
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
@@ -42,6 +42,12 @@ from strategies.config import (
 from strategies.convergence import StopKind
 from strategies.dispatch import check_train_config
 from strategies.evaluation import EvaluateFn, to_record
+from strategies.fedavg_options import (
+    FedAvgOptions,
+    MetricsAggrFn,
+    aggregate_with,
+    unknown_options,
+)
 from strategies.loop import EventLoop
 from strategies.records import (
     AggregationRecord,
@@ -72,95 +78,16 @@ class StrategyOptions(TypedDict, total=False):
     fraction_evaluate: float
     min_evaluate_nodes: int
     weighted_by_key: str
+    arrayrecord_key: str
+    configrecord_key: str
+    train_metrics_aggr_fn: MetricsAggrFn | None
+    evaluate_metrics_aggr_fn: MetricsAggrFn | None
+    fraction_train: float
+    min_train_nodes: int
+    min_available_nodes: int
 
 
 _C = TypeVar("_C")
-
-
-#: Flower FedAvg's constructor arguments that a semi-asynchronous strategy does not take, and
-#: what stands in for each (docs/dropin.md)
-FEDAVG_ONLY: Final[dict[str, str]] = {
-    "fraction_train": "every idle node trains; threshold K decides when to aggregate",
-    "min_train_nodes": "every idle node trains; threshold K decides when to aggregate",
-    "min_available_nodes": "loop=LoopConfig(min_nodes=...) sets the nodes to wait for",
-    "arrayrecord_key": "messages use Flower's default keys 'arrays' and 'config'",
-    "configrecord_key": "messages use Flower's default keys 'arrays' and 'config'",
-    "train_metrics_aggr_fn": "train metrics are averaged by num-examples, as FedAvg's default",
-    "evaluate_metrics_aggr_fn": "evaluate metrics are averaged by num-examples, as FedAvg's "
-    "default",
-}
-
-
-#: FedAvg's defaults of the arguments whose default value means what this strategy does
-FEDAVG_SAME_DEFAULTS: Final[dict[str, object]] = {
-    "arrayrecord_key": "arrays",
-    "configrecord_key": "config",
-    "train_metrics_aggr_fn": None,
-    "evaluate_metrics_aggr_fn": None,
-}
-#: FedAvg's arguments that only choose how many nodes a synchronous round trains on
-FEDAVG_IGNORED: Final = ("fraction_train", "min_train_nodes", "min_available_nodes")
-
-
-def tolerate_fedavg_options(
-    strategy: str, unknown: dict[str, object]
-) -> tuple[dict[str, object], str]:
-    """Accept the FedAvg arguments a drop-in swap carries over; return the others and the key.
-
-    Flower's quickstart builds ``FedAvg(fraction_train=...)``: with ``FedAvg(`` replaced by
-    ``EdgeStrategy(threshold=K, `` the argument comes along. ``fraction_train``,
-    ``min_train_nodes`` and ``min_available_nodes`` are validated and ignored with one
-    WARNING each that says what stands in for them; ``weighted_by_key`` (default
-    ``num-examples``, returned second) names the metric a plain ClientApp's train and evaluate
-    replies give their example count in, as FedAvg reads it; the other FedAvg arguments are
-    accepted at FedAvg's default value (what this strategy does anyway) and refused otherwise.
-    """
-    key = unknown.pop("weighted_by_key", wire.NUM_EXAMPLES)
-    if not isinstance(key, str) or not key.strip():
-        raise ConfigError(f"weighted_by_key must be a metric name (a non-empty str), got {key!r}")
-    if key != wire.NUM_EXAMPLES and key in wire.TRAIN_REPLY_KEYS:
-        raise ConfigError(
-            f"weighted_by_key {key!r} is a key of flower-edge's own protocol; name the metric "
-            "your ClientApp puts its example count in"
-        )
-    rest: dict[str, object] = {}
-    for name, value in unknown.items():
-        if name in FEDAVG_IGNORED:
-            if name == "fraction_train":
-                validate.probability(name, value)
-            else:
-                validate.integer(name, value, low=0)
-            log(
-                WARNING,
-                "%s: %s=%r is ignored: %s (docs/dropin.md)",
-                strategy,
-                name,
-                value,
-                FEDAVG_ONLY[name],
-            )
-        elif name in FEDAVG_SAME_DEFAULTS and value == FEDAVG_SAME_DEFAULTS[name]:
-            continue
-        else:
-            rest[name] = value
-    return rest, key
-
-
-def unknown_options(strategy: str, unknown: dict[str, object]) -> str:
-    """Return the TypeError message for keyword arguments ``strategy`` does not take."""
-    parts = [
-        f"an unexpected keyword argument {name!r}"
-        + (
-            f" ({FEDAVG_ONLY[name]}; only FedAvg's default is accepted)"
-            if name in FEDAVG_ONLY
-            else ""
-        )
-        for name in sorted(unknown)
-    ]
-    return (
-        f"{strategy} got {'; '.join(parts)}. "
-        "See the drop-in guide (docs/dropin.md in the flower-edge repository) for which "
-        "FedAvg arguments carry over."
-    )
 
 
 def _decay(
@@ -228,8 +155,16 @@ class SemiAsyncStrategy(Strategy):
         ``0``: none (logged once).
     min_evaluate_nodes : int (default: 2)
         Least nodes evaluated per aggregation when ``fraction_evaluate > 0``.
-    weighted_by_key : str (default: "num-examples")
-        As FedAvg's: the metric a plain ClientApp's replies hold their example count in.
+    weighted_by_key, arrayrecord_key, configrecord_key : str
+        As FedAvg's (defaults ``"num-examples"``, ``"arrays"``, ``"config"``): the metric a
+        plain ClientApp's replies hold their example count in, and the keys of the records
+        in the train and evaluate messages (:class:`~strategies.fedavg_options.FedAvgOptions`;
+        flower-edge's own ClientApp reads the default keys).
+    train_metrics_aggr_fn, evaluate_metrics_aggr_fn : callable, optional
+        As FedAvg's: ``fn(records, weighted_by_key) -> MetricRecord`` for the app's metrics
+        of an aggregation's updates and of a round's evaluate replies.
+    fraction_train, min_train_nodes, min_available_nodes
+        FedAvg's sampling arguments: validated and ignored, with a WARNING each.
     """
 
     #: name used in logs and checkpoints
@@ -258,7 +193,10 @@ class SemiAsyncStrategy(Strategy):
         min_evaluate_nodes: int = 2,
         **unknown: object,
     ) -> None:
-        unknown, self.weighted_by_key = tolerate_fedavg_options(type(self).__name__, unknown)
+        self.fedavg, unknown = FedAvgOptions.take(type(self).__name__, unknown)
+        self.weighted_by_key = self.fedavg.weighted_by_key
+        self.arrayrecord_key = self.fedavg.arrayrecord_key
+        self.configrecord_key = self.fedavg.configrecord_key
         if unknown:
             raise TypeError(unknown_options(type(self).__name__, unknown))
         validate.integer("threshold K", threshold, low=1)
@@ -396,7 +334,7 @@ class SemiAsyncStrategy(Strategy):
             if self.checkpoint_dir is not None and self.checkpoint_source == CHECKPOINT_DIR_ENV
             else "",
         )
-        for line in self.summary_lines():
+        for line in [*self.summary_lines(), self.fedavg.summary_line()]:
             log(INFO, "\t├── %s", line)
         if self.fraction_evaluate > 0:
             log(
@@ -440,16 +378,15 @@ class SemiAsyncStrategy(Strategy):
         """Build one train message per registered node (synchronous use; ``start`` does not)."""
         cfg = ConfigRecord(dict(config))
         cfg[wire.SERVER_ROUND] = server_round
-        return [
-            Message(RecordDict({wire.ARRAYS: arrays, wire.CONFIG: cfg}), node, MessageType.TRAIN)
-            for node in grid.get_node_ids()
-        ]
+        content = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: cfg})
+        return [Message(content, node, MessageType.TRAIN) for node in grid.get_node_ids()]
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Average valid replies by ``num-examples`` (synchronous use; bad replies dropped)."""
         parsed: list[TrainReply] = []
+        contents: list[RecordDict] = []
         keys: list[str] | None = None
         for msg in replies:
             if keys is None and msg.has_content() and msg.content.array_records:
@@ -467,12 +404,17 @@ class SemiAsyncStrategy(Strategy):
                 continue
             if reply.arrays is not None:
                 parsed.append(reply)
+                contents.append(msg.content)
         if not parsed or keys is None:
             return None, None
         arrays = weighted_average(
             [list(r.arrays or ()) for r in parsed], [float(r.num_examples) for r in parsed]
         )
         metrics = MetricRecord({"participants": len(parsed)})
+        fn = self.fedavg.train_metrics_aggr_fn
+        if fn is not None:
+            name, key = "train_metrics_aggr_fn", self.weighted_by_key
+            metrics = aggregate_with(fn, name, contents, key)
         return to_record(keys, arrays), metrics
 
     def configure_evaluate(
@@ -480,7 +422,7 @@ class SemiAsyncStrategy(Strategy):
     ) -> Iterable[Message]:
         """Build evaluate messages for ``fraction_evaluate`` of the nodes (synchronous use)."""
         evaluation = ClientEvaluation(
-            self.fraction_evaluate, self.min_evaluate_nodes, config, timeout=3600.0
+            self.fraction_evaluate, self.min_evaluate_nodes, config, 3600.0, self.fedavg
         )
         ids = [int(n) for n in grid.get_node_ids()]
         chosen = evaluation.sample(server_round, ids, len(ids))
@@ -490,7 +432,8 @@ class SemiAsyncStrategy(Strategy):
         self, server_round: int, replies: Iterable[Message]
     ) -> MetricRecord | None:
         """Average the evaluate replies' metrics by ``num-examples`` (bad replies skipped)."""
-        return aggregate_evaluate_replies(replies, weight_key=self.weighted_by_key)
+        fn = self.fedavg.evaluate_metrics_aggr_fn
+        return aggregate_evaluate_replies(replies, weight_key=self.weighted_by_key, aggr_fn=fn)
 
     def start(
         self,

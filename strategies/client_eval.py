@@ -22,6 +22,7 @@ from flwr.common.logger import log
 
 from flower_edge import validate, wire
 from strategies.dispatch import Dispatcher
+from strategies.fedavg_options import FedAvgOptions, MetricsAggrFn, aggregate_with
 from strategies.membership import Node
 from strategies.records import INT64_MAX, short_error
 
@@ -48,6 +49,7 @@ def aggregate_evaluate_replies(
     replies: Iterable[Message],
     asked: Mapping[str, int] | None = None,
     weight_key: str = wire.NUM_EXAMPLES,
+    aggr_fn: MetricsAggrFn | None = None,
 ) -> MetricRecord | None:
     """Average the metrics of valid evaluate replies, weighted by ``num-examples``.
 
@@ -62,11 +64,13 @@ def aggregate_evaluate_replies(
     Error replies and replies without a positive ``num-examples`` are skipped (logged, with
     the node ``asked`` maps the replied-to message id to: an error reply made by the
     SuperLink, e.g. for a node that is gone, carries the SuperLink's id as its source).
-    Returns ``None`` when no reply is usable.
+    Returns ``None`` when no reply is usable. ``aggr_fn`` (FedAvg's
+    ``evaluate_metrics_aggr_fn``) aggregates the usable replies' contents instead, as
+    ``aggr_fn(records, weight_key)``.
     """
     sums: dict[str, float | list[float]] = {}
     weights: dict[str, int] = {}
-    usable = 0
+    usable: list[RecordDict] = []
     for msg in replies:
         node = (asked or {}).get(msg.metadata.reply_to_message_id, msg.metadata.src_node_id)
         if msg.has_error() or not msg.has_content():
@@ -96,13 +100,17 @@ def aggregate_evaluate_replies(
             )
             continue
         assert metrics is not None
-        usable += 1
+        usable.append(msg.content)
+        if aggr_fn is not None:
+            continue
         skip = (count, wire.NUM_EXAMPLES)
         for key, value in metrics.items():
             if key not in skip and _add_metric(sums, key, value, weight, node):
                 weights[key] = weights.get(key, 0) + weight
     if not usable:
         return None
+    if aggr_fn is not None:
+        return aggregate_with(aggr_fn, "evaluate_metrics_aggr_fn", usable, weight_key)
     out: dict[str, int | float | list[int] | list[float]] = {}
     for key, total in sorted(sums.items()):
         w = weights[key]
@@ -155,8 +163,9 @@ class ClientEvaluation:
         ``start``'s ``evaluate_config`` (sent with every evaluate message).
     timeout : float
         TTL of the messages.
-    weight_key : str (default: "num-examples")
-        The strategy's ``weighted_by_key`` (see :func:`aggregate_evaluate_replies`).
+    options : FedAvgOptions, optional
+        The strategy's FedAvg options: ``weighted_by_key`` and ``evaluate_metrics_aggr_fn``
+        (see :func:`aggregate_evaluate_replies`), and the messages' record keys.
     """
 
     def __init__(
@@ -165,9 +174,9 @@ class ClientEvaluation:
         min_nodes: int,
         config: ConfigRecord,
         timeout: float,
-        weight_key: str = wire.NUM_EXAMPLES,
+        options: FedAvgOptions | None = None,
     ) -> None:
-        self.weight_key = weight_key
+        self.options = FedAvgOptions() if options is None else options
         self.fraction = validate.probability("fraction_evaluate", fraction)
         self.min_nodes = validate.integer("min_evaluate_nodes", min_nodes, low=0)
         self.config = config
@@ -207,7 +216,8 @@ class ClientEvaluation:
         """Build the evaluate message of round ``rnd`` for ``node_id``."""
         cfg = ConfigRecord(dict(self.config))
         cfg[wire.SERVER_ROUND] = rnd
-        content = RecordDict({wire.ARRAYS: arrays, wire.CONFIG: cfg})
+        keys = self.options.arrayrecord_key, self.options.configrecord_key
+        content = RecordDict({keys[0]: arrays, keys[1]: cfg})
         return Message(content, node_id, MessageType.EVALUATE, ttl=self.timeout, group_id=str(rnd))
 
     def sent(self, message_id: str, rnd: int, node_id: int) -> None:
@@ -268,7 +278,10 @@ class ClientEvaluation:
         self.last_done = (rnd, replies)
         self.asked_in = {r: n for r, n in self.asked_in.items() if r >= rnd}
         asked = {m.metadata.reply_to_message_id: node for m, node in replies}
-        return aggregate_evaluate_replies([m for m, _ in replies], asked, self.weight_key)
+        opts = self.options
+        return aggregate_evaluate_replies(
+            [m for m, _ in replies], asked, opts.weighted_by_key, opts.evaluate_metrics_aggr_fn
+        )
 
     def top_up(
         self,

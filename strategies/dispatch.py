@@ -91,6 +91,9 @@ class Dispatcher:
         Timeline callback.
     name : str
         Strategy name for the logs.
+    record_keys : tuple of (str, str) (default: ("arrays", "config"))
+        Keys of the ArrayRecord and the ConfigRecord in the messages (FedAvg's
+        ``arrayrecord_key`` and ``configrecord_key``).
     """
 
     def __init__(
@@ -108,7 +111,9 @@ class Dispatcher:
         abandon: AbandonPolicy,
         record: Recorder,
         name: str,
+        record_keys: tuple[str, str] = (wire.ARRAYS, wire.CONFIG),
     ) -> None:
+        self.record_keys = record_keys
         self.grid = grid
         self.clock = clock
         self.loop = loop
@@ -189,9 +194,9 @@ class Dispatcher:
             cfg[wire.VALUE_NODE_IDS] = list(ids)
             cfg[wire.VALUES] = list(vals)
             cfg[wire.VALUES_ROUND] = rnd
-        content = RecordDict({wire.CONFIG: cfg})
+        content = RecordDict({self.record_keys[1]: cfg})
         if arrays is not None:
-            content[wire.ARRAYS] = arrays
+            content[self.record_keys[0]] = arrays
         return Message(
             content, node.node_id, MessageType.TRAIN, ttl=self.timeout, group_id=str(version + 1)
         )

@@ -21,11 +21,12 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from flwr.app import MetricRecord
+from flwr.app import MetricRecord, RecordDict
 
 from flower_edge import wire
 from flower_edge.aggregation import check_update
 from flower_edge.arrays import NDArray
+from strategies.fedavg_options import FedAvgOptions, aggregate_with
 from strategies.membership import Job, Node
 from strategies.records import AggregationRecord, TrainReply, Update
 
@@ -36,6 +37,7 @@ __all__ = [
     "absurd_examples",
     "accept_finished",
     "averaged_app_metrics",
+    "metric_records",
     "name_array",
     "screen_buffer",
     "train_metrics",
@@ -104,9 +106,17 @@ def screen_buffer(loop: EventLoop) -> None:
 
 
 def train_metrics(
-    record: AggregationRecord, updates: Sequence[Update], abandoned_total: int
+    record: AggregationRecord,
+    updates: Sequence[Update],
+    abandoned_total: int,
+    options: FedAvgOptions | None = None,
 ) -> MetricRecord:
-    """Return the Result's ``train_metrics_clientapp`` entry of an aggregation."""
+    """Return the Result's ``train_metrics_clientapp`` entry of an aggregation.
+
+    The app's own metrics are averaged by ``num-examples`` (:func:`averaged_app_metrics`),
+    or aggregated by ``options.train_metrics_aggr_fn`` (FedAvg's) over one RecordDict per
+    update: its app metrics and ``weighted_by_key`` = its example count under ``"metrics"``.
+    """
     out: dict[str, int | float | list[int] | list[float]] = {
         "participants": len(record.participants),
         "mean-staleness": float(np.mean(record.staleness)),
@@ -123,7 +133,12 @@ def train_metrics(
     loss = math.fsum(x * n for x, n in losses) / sum(n for _, n in losses) if losses else None
     if loss is not None and math.isfinite(loss):
         out["train-loss"] = loss
-    for key, mean in averaged_app_metrics(updates).items():
+    fn = None if options is None else options.train_metrics_aggr_fn
+    app: Mapping[str, Any] = averaged_app_metrics(updates)
+    if fn is not None and options is not None:
+        key = options.weighted_by_key
+        app = aggregate_with(fn, "train_metrics_aggr_fn", metric_records(updates, key), key)
+    for key, mean in app.items():
         out.setdefault(key, mean)  # the strategy's own keys win a clash
     per_node: dict[str, float] = {}
     for node_id, value, weight in zip(
@@ -133,6 +148,22 @@ def train_metrics(
         per_node[f"weight-{node_id}"] = per_node.get(f"weight-{node_id}", 0.0) + weight
     out.update(per_node)
     return MetricRecord(out)
+
+
+def metric_records(updates: Sequence[Update], weight_key: str) -> list[RecordDict]:
+    """Return one RecordDict per update for FedAvg's ``train_metrics_aggr_fn``.
+
+    Each holds a MetricRecord under ``"metrics"``: the update's app metrics
+    (:attr:`~strategies.records.Update.app_metrics`) and ``weight_key`` = its example count.
+    """
+    out = []
+    for u in updates:
+        metrics: dict[str, int | float | list[float]] = {
+            k: list(v) if isinstance(v, tuple) else v for k, v in u.app_metrics
+        }
+        metrics[weight_key] = u.num_examples
+        out.append(RecordDict({wire.METRICS: MetricRecord(metrics)}))  # type: ignore[arg-type]
+    return out
 
 
 def averaged_app_metrics(updates: Sequence[Update]) -> dict[str, float | list[float]]:

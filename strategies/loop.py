@@ -150,7 +150,7 @@ class EventLoop:
             strategy.min_evaluate_nodes,
             ConfigRecord() if evaluate_config is None else evaluate_config,
             timeout,
-            weight_key=strategy.weighted_by_key,
+            strategy.fedavg,
         )
         self.abandon = AbandonPolicy(strategy.abandon, enabled=strategy.sends_values())
         self.dispatcher = Dispatcher(
@@ -166,6 +166,7 @@ class EventLoop:
             abandon=self.abandon,
             record=self.record_event,
             name=self.name,
+            record_keys=(strategy.arrayrecord_key, strategy.configrecord_key),
         )
         self.inflight: dict[str, Sent] = self.dispatcher.inflight  # reply not yet pulled
         self.buffer: list[Update] = []
@@ -516,7 +517,7 @@ def _round_metrics(
     loop: EventLoop, record: AggregationRecord, updates: list[Update], dropped: int | None
 ) -> MetricRecord:
     """Return an aggregation's train metrics: the record's, the abandon tally, the choices."""
-    out = train_metrics(record, updates, loop.abandoned_total)
+    out = train_metrics(record, updates, loop.abandoned_total, loop.strategy.fedavg)
     out.update(loop.abandon.metrics())
     if loop.evaluation.drops:
         out["dropped-updates"] = int(dropped is not None)

@@ -155,20 +155,6 @@ def test_values_read_the_metric_key_so_a_validation_metric_can_steer_training() 
     assert max(on_validation) - min(on_validation) > 1e-3
 
 
-def test_fedavg_only_arguments_are_refused_saying_what_stands_in() -> None:
-    from strategies import FedBuff
-
-    with pytest.raises(
-        TypeError,
-        match=r"EdgeStrategy got an unexpected keyword argument 'arrayrecord_key' \(messages use "
-        r"Flower's default keys 'arrays' and 'config'; only FedAvg's default is accepted\); an "
-        r"unexpected keyword argument 'train_metrics_aggr_fn' \(train metrics are averaged",
-    ):
-        EdgeStrategy(threshold=2, train_metrics_aggr_fn=max, arrayrecord_key="m")  # type: ignore[call-arg]
-    with pytest.raises(TypeError, match=r"FedBuff got an unexpected keyword argument 'colour'\."):
-        FedBuff(threshold=2, colour="red")  # type: ignore[call-arg]
-
-
 def test_the_quickstarts_fedavg_arguments_carry_over_with_a_warning() -> None:
     """Found by a new-user probe: Flower's quickstart-pytorch builds
     ``FedAvg(fraction_train=fraction_train)``; swapping in ``EdgeStrategy(threshold=K, ...)``

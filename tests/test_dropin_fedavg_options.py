@@ -1,0 +1,257 @@
+"""Drop-in: FedAvg's record keys and metric aggregation functions carry over.
+
+Found by a new-user probe (a Flower 1.42 ServerApp whose ``FedAvg(...)`` is replaced by
+``EdgeStrategy(threshold=K, ...)``, everything else kept):
+
+- a ClientApp that reads its records under other keys runs with ``FedAvg(arrayrecord_key=
+  "weights", configrecord_key="cfg")``; EdgeStrategy refused both with a TypeError, so that
+  app could not swap at all;
+- ``train_metrics_aggr_fn`` / ``evaluate_metrics_aggr_fn`` (a custom aggregation of the
+  replies' MetricRecords, e.g. a count of replies or a median) were refused the same way.
+
+They are honoured now as FedAvg honours them. A torch model with batch norm (float running
+statistics and an int64 ``num_batches_tracked``) runs through the same app under Flower's
+FedAvg and EdgeStrategy with FedAvg's keywords, and the Results have the same shape.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+import torch
+from conftest import flwr_logs
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp.strategy import FedAvg, Result
+from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
+from torch import nn
+
+from flower_edge.errors import ConfigError
+from strategies import EdgeStrategy, FedBuff, InProcessGrid, StopConfig
+
+
+class Net(nn.Module):
+    """A small model with batch norm: float buffers and an int64 ``num_batches_tracked``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.bn = nn.BatchNorm1d(16)
+        self.fc2 = nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.fc2(torch.relu(self.bn(self.fc1(x))))
+        return out
+
+
+def _data(seed: int, n: int = 48) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.randn(n, 8, generator=torch.Generator().manual_seed(seed))
+    return x, (x[:, 0] > 0).long() + (x[:, 1] > 0).long()
+
+
+def quickstart_app(arrays_key: str = "arrays", config_key: str = "config") -> ClientApp:
+    """A quickstart-pytorch-shaped ClientApp (no flower-edge import) with its own keys."""
+    app = ClientApp()
+
+    @app.train()
+    def train(msg: Message, context: Context) -> Message:
+        model = Net()
+        model.load_state_dict(msg.content[arrays_key].to_torch_state_dict())  # type: ignore[union-attr]
+        lr = float(msg.content[config_key]["lr"])  # type: ignore[arg-type,index]
+        x, y = _data(int(context.node_config["partition-id"]))  # type: ignore[arg-type]
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+        model.train()
+        for _ in range(2):
+            optimizer.zero_grad()
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+        metrics = MetricRecord({"train_loss": loss.item(), "num-examples": len(x)})
+        content = RecordDict({arrays_key: ArrayRecord(model.state_dict()), "metrics": metrics})
+        return Message(content=content, reply_to=msg)
+
+    @app.evaluate()
+    def evaluate(msg: Message, context: Context) -> Message:
+        model = Net()
+        model.load_state_dict(msg.content[arrays_key].to_torch_state_dict())  # type: ignore[union-attr]
+        model.eval()
+        x, y = _data(100 + int(context.node_config["partition-id"]))  # type: ignore[arg-type]
+        with torch.no_grad():
+            out = model(x)
+        metrics = {
+            "eval_loss": float(nn.functional.cross_entropy(out, y)),
+            "eval_acc": float((out.argmax(1) == y).float().mean()),
+            "num-examples": len(x),
+        }
+        return Message(content=RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
+
+    return app
+
+
+def central_evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
+    """The ServerApp's ``evaluate_fn``, as the quickstart writes it."""
+    model = Net()
+    model.load_state_dict(arrays.to_torch_state_dict())
+    model.eval()
+    x, y = _data(999, 120)
+    with torch.no_grad():
+        out = model(x)
+    accuracy = float((out.argmax(1) == y).float().mean())
+    return MetricRecord({"accuracy": accuracy, "loss": float(nn.functional.cross_entropy(out, y))})
+
+
+def _counted(calls: list[list[RecordDict]]) -> Callable[[list[RecordDict], str], MetricRecord]:
+    """FedAvg's default aggregation plus the number of replies; records every call."""
+
+    def aggregate(records: list[RecordDict], key: str) -> MetricRecord:
+        calls.append(records)
+        out = aggregate_metricrecords(records, key)
+        out["replies"] = len(records)
+        return out
+
+    return aggregate
+
+
+FEDAVG_KEYWORDS: dict[str, object] = {
+    "fraction_train": 1.0,
+    "fraction_evaluate": 1.0,
+    "min_train_nodes": 2,
+    "min_evaluate_nodes": 2,
+    "min_available_nodes": 2,
+    "weighted_by_key": "num-examples",
+    "arrayrecord_key": "weights",
+    "configrecord_key": "cfg",
+}
+
+
+def _run(strategy: object, app: ClientApp) -> tuple[Result, InProcessGrid]:
+    torch.manual_seed(0)
+    grid = InProcessGrid(app, 4)
+    result = strategy.start(  # type: ignore[attr-defined]
+        grid=grid,
+        initial_arrays=ArrayRecord(Net().state_dict()),
+        num_rounds=2,
+        timeout=60,
+        train_config=ConfigRecord({"lr": 0.1, "layers": [16, 3], "tag": "probe"}),
+        evaluate_config=ConfigRecord({"batch": 8}),
+        evaluate_fn=central_evaluate,
+    )
+    return result, grid
+
+
+def test_a_quickstart_app_with_its_own_record_keys_runs_as_under_fedavg() -> None:
+    app = quickstart_app("weights", "cfg")
+    reference, _ = _run(FedAvg(**FEDAVG_KEYWORDS), app)  # type: ignore[arg-type]
+    with flwr_logs() as logs:
+        strategy = EdgeStrategy(threshold=2, stop=StopConfig(), **FEDAVG_KEYWORDS)  # type: ignore[arg-type]
+        result, grid = _run(strategy, app)
+    text = "\n".join(r.getMessage() for r in logs.records)
+    assert not [r for r in logs.records if r.levelno >= logging.ERROR]
+    assert "rejected" not in text
+    assert "Traceback" not in text
+    assert "ArrayRecord key 'weights', ConfigRecord key 'cfg'" in text  # summary()
+    for msg in grid.pushed:  # every message carries the app's keys, none of the defaults
+        assert set(msg.content.keys()) <= {"weights", "cfg"}
+        assert "cfg" in msg.content
+    # the Result has FedAvg's shape: the same rounds and keys, the app's train metric
+    assert sorted(result.evaluate_metrics_serverapp) == sorted(reference.evaluate_metrics_serverapp)
+    for rnd, metrics in reference.evaluate_metrics_clientapp.items():
+        assert sorted(result.evaluate_metrics_clientapp[rnd]) == sorted(metrics)
+    for rnd in reference.train_metrics_clientapp:
+        assert "train_loss" in result.train_metrics_clientapp[rnd]
+    assert list(result.arrays.keys()) == list(reference.arrays.keys())
+    model = Net()
+    model.load_state_dict(result.arrays.to_torch_state_dict())  # loads, num_batches_tracked too
+    assert result.arrays["bn.num_batches_tracked"].numpy().dtype == np.int64
+    assert "Aggregated ClientApp-side Evaluate Metrics" in str(result)
+
+
+def test_the_metric_aggregation_functions_are_used_as_fedavg_uses_them() -> None:
+    train_calls: list[list[RecordDict]] = []
+    eval_calls: list[list[RecordDict]] = []
+    strategy = EdgeStrategy(
+        threshold=2,
+        stop=StopConfig(),
+        fraction_evaluate=1.0,
+        train_metrics_aggr_fn=_counted(train_calls),
+        evaluate_metrics_aggr_fn=_counted(eval_calls),
+    )
+    result, _ = _run(strategy, quickstart_app())
+    assert len(train_calls) == 2  # once per aggregation, over its K + 1 updates
+    for rnd, records in enumerate(train_calls, start=1):
+        assert len(records) == 3
+        for record in records:  # the app's metrics and the example count, as FedAvg gives them
+            assert set(record["metrics"].keys()) == {"train_loss", "num-examples"}  # type: ignore[union-attr]
+        metrics = result.train_metrics_clientapp[rnd]
+        assert metrics["replies"] == 3
+        assert metrics["train_loss"] == pytest.approx(
+            float(aggregate_metricrecords(records, "num-examples")["train_loss"])  # type: ignore[arg-type]
+        )
+        assert metrics["participants"] == 3  # the strategy's own keys stay
+    assert eval_calls
+    for rnd, metrics in result.evaluate_metrics_clientapp.items():
+        assert metrics["replies"] >= 1
+        assert set(metrics) == {"eval_loss", "eval_acc", "replies"}, rnd
+
+
+def test_the_synchronous_api_honours_the_keys_and_functions() -> None:
+    calls: list[list[RecordDict]] = []
+    strategy = FedBuff(
+        threshold=2,
+        arrayrecord_key="weights",
+        configrecord_key="cfg",
+        train_metrics_aggr_fn=_counted(calls),
+        evaluate_metrics_aggr_fn=_counted(calls),
+        fraction_evaluate=1.0,
+    )
+    grid = InProcessGrid(quickstart_app("weights", "cfg"), 3)
+    arrays = ArrayRecord(Net().state_dict())
+    train = list(strategy.configure_train(1, arrays, ConfigRecord({"lr": 0.1}), grid))
+    assert all(set(m.content.keys()) == {"weights", "cfg"} for m in train)
+    replies = grid.send_and_receive(train)
+    new, metrics = strategy.aggregate_train(1, replies)
+    assert new is not None
+    assert metrics is not None
+    assert metrics["replies"] == 3
+    evaluate = list(strategy.configure_evaluate(1, new, ConfigRecord(), grid))
+    assert all(set(m.content.keys()) == {"weights", "cfg"} for m in evaluate)
+    out = strategy.aggregate_evaluate(1, grid.send_and_receive(evaluate))
+    assert out is not None
+    assert out["replies"] == 3
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"arrayrecord_key": "m", "configrecord_key": "m"}, "arrayrecord_key and configrecord_key"),
+        ({"arrayrecord_key": ""}, "arrayrecord_key must be a non-empty string"),
+        ({"configrecord_key": 3}, "configrecord_key must be a non-empty string"),
+        ({"train_metrics_aggr_fn": "mean"}, "train_metrics_aggr_fn must be callable"),
+        ({"evaluate_metrics_aggr_fn": 1}, "evaluate_metrics_aggr_fn must be callable"),
+    ],
+)
+def test_bad_fedavg_options_name_the_keyword(options: dict[str, object], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        EdgeStrategy(threshold=2, **options)  # type: ignore[arg-type]
+
+
+def test_an_aggregation_function_that_returns_no_metricrecord_is_named() -> None:
+    strategy = EdgeStrategy(
+        threshold=2,
+        stop=StopConfig(),
+        train_metrics_aggr_fn=lambda records, key: {"n": len(records)},  # type: ignore[arg-type,return-value]
+    )
+    with pytest.raises(
+        ConfigError, match="train_metrics_aggr_fn must return a flwr.app.MetricRecord"
+    ):
+        _run(strategy, quickstart_app())
+
+
+def test_other_strategies_arguments_are_refused_saying_where_they_go() -> None:
+    with pytest.raises(TypeError, match=r"'proximal_mu' \(FedProx sends it .* 'proximal-mu'"):
+        EdgeStrategy(threshold=2, proximal_mu=0.1)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"FedBuff got an unexpected keyword argument 'colour'\."):
+        FedBuff(threshold=2, colour="red")  # type: ignore[call-arg]
