@@ -42,9 +42,21 @@ FEDAVG_IGNORED: Final[dict[str, str]] = {
     "min_available_nodes": "loop=LoopConfig(min_nodes=...) sets the nodes to wait for",
 }
 #: other Flower strategies' arguments, and where their value goes instead
+_SERVER_LR = (
+    "the server step is EdgeStrategy's and FedBuff's server_lr (EdgeStrategy: "
+    "aggregate='deltas' for one > 1), FedAsync's alpha; there is no adaptive server optimiser"
+)
 ELSEWHERE: Final[dict[str, str]] = {
     "proximal_mu": "FedProx sends it to the ClientApp as train config 'proximal-mu': pass "
     "train_config=ConfigRecord({'proximal-mu': ...}) to start()",
+    "eta": f"FedOpt's server learning rate: {_SERVER_LR}",
+    "server_learning_rate": f"FedAvgM's: {_SERVER_LR}",
+    "server_momentum": f"FedAvgM's: {_SERVER_LR}",
+    "eta_l": "FedOpt's client learning rate, which FedOpt only logs: the ClientApp's own "
+    "(pass it in start()'s train_config)",
+    "beta_1": f"FedAdam/FedYogi's: {_SERVER_LR}",
+    "beta_2": f"FedAdam/FedYogi's: {_SERVER_LR}",
+    "tau": f"FedOpt's: {_SERVER_LR}",
 }
 
 

@@ -253,5 +253,9 @@ def test_an_aggregation_function_that_returns_no_metricrecord_is_named() -> None
 def test_other_strategies_arguments_are_refused_saying_where_they_go() -> None:
     with pytest.raises(TypeError, match=r"'proximal_mu' \(FedProx sends it .* 'proximal-mu'"):
         EdgeStrategy(threshold=2, proximal_mu=0.1)  # type: ignore[call-arg]
+    with pytest.raises(
+        TypeError, match=r"'eta' \(FedOpt's server learning rate: the server step is"
+    ):
+        EdgeStrategy(threshold=2, eta=0.1)  # type: ignore[call-arg]
     with pytest.raises(TypeError, match=r"FedBuff got an unexpected keyword argument 'colour'\."):
         FedBuff(threshold=2, colour="red")  # type: ignore[call-arg]
