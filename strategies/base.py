@@ -499,6 +499,11 @@ class SemiAsyncStrategy(Strategy):
         self.events.clear()
         log(INFO, "Starting %s strategy:", type(self).__name__)
         log(INFO, "\t├── Number of rounds (aggregations): %d", num_rounds)
+        size = sum(len(array.data) for array in initial_arrays.values()) / 1024**2
+        log(INFO, "\t├── ArrayRecord (%.2f MB)", size)  # the lines of Flower's Strategy.start
+        for what, config in (("train", train_config), ("evaluate", evaluate_config)):
+            shown = {k: "<bytes>" if isinstance(v, bytes) else v for k, v in (config or {}).items()}
+            log(INFO, "\t├── ConfigRecord (%s): %s", what, shown or "(empty!)")
         self.summary()
         if evaluate_config is not None and self.fraction_evaluate == 0:
             log(

@@ -153,6 +153,9 @@ def test_a_quickstart_app_with_its_own_record_keys_runs_as_under_fedavg() -> Non
     assert "rejected" not in text
     assert "Traceback" not in text
     assert "ArrayRecord key 'weights', ConfigRecord key 'cfg'" in text  # summary()
+    # the start lines of Flower's Strategy.start: the configs the user passed
+    assert "ConfigRecord (train): {'lr': 0.1, 'layers': [16, 3], 'tag': 'probe'}" in text
+    assert "ConfigRecord (evaluate): {'batch': 8}" in text
     for msg in grid.pushed:  # every message carries the app's keys, none of the defaults
         assert set(msg.content.keys()) <= {"weights", "cfg"}
         assert "cfg" in msg.content
