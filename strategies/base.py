@@ -20,6 +20,7 @@ from typing import TypedDict, TypeVar
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.app.constants import DEFAULT_TTL
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
@@ -440,7 +441,7 @@ class SemiAsyncStrategy(Strategy):
         grid: Grid,
         initial_arrays: ArrayRecord,
         num_rounds: int = 3,
-        timeout: float = 3600,
+        timeout: float | None = 3600,
         train_config: ConfigRecord | None = None,
         evaluate_config: ConfigRecord | None = None,
         evaluate_fn: EvaluateFn | None = None,
@@ -455,8 +456,10 @@ class SemiAsyncStrategy(Strategy):
             The initial global model.
         num_rounds : int (default: 3)
             Aggregations to run (the round budget).
-        timeout : float (default: 3600)
+        timeout : float, optional (default: 3600)
             Real seconds after which an unanswered message is forgotten (also its TTL).
+            ``None`` (which FedAvg passes on to ``Grid.send_and_receive`` as "no limit"):
+            Flower's default message TTL, 12 hours.
         train_config : ConfigRecord, optional
             Extra config sent with every train message.
         evaluate_config : ConfigRecord, optional
@@ -474,6 +477,8 @@ class SemiAsyncStrategy(Strategy):
             ``value-<node id>``, ``weight-<node id>``, ...).
         """
         validate.integer("num_rounds", num_rounds, low=0)
+        if timeout is None:  # FedAvg waits without a limit; a message lives Flower's default TTL
+            timeout = float(DEFAULT_TTL)
         validate.number("timeout (seconds)", timeout, low=0.0, low_inclusive=False)
         if not isinstance(initial_arrays, ArrayRecord):
             got = type(initial_arrays).__name__

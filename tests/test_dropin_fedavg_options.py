@@ -262,3 +262,15 @@ def test_other_strategies_arguments_are_refused_saying_where_they_go() -> None:
         EdgeStrategy(threshold=2, eta=0.1)  # type: ignore[call-arg]
     with pytest.raises(TypeError, match=r"FedBuff got an unexpected keyword argument 'colour'\."):
         FedBuff(threshold=2, colour="red")  # type: ignore[call-arg]
+
+
+def test_timeout_none_waits_as_long_as_flowers_default_message_ttl() -> None:
+    """``FedAvg.start(timeout=None)`` hands ``None`` to ``Grid.send_and_receive``: no limit.
+    EdgeStrategy refused it (``timeout (seconds) must be a finite number > 0, got None``)."""
+    from conftest import make_dropin_app, model
+    from flwr.app.constants import DEFAULT_TTL
+
+    grid = InProcessGrid(make_dropin_app(), 4)
+    result = EdgeStrategy(threshold=2).start(grid, model(0.0), num_rounds=1, timeout=None)
+    assert 1 in result.train_metrics_clientapp
+    assert {m.metadata.ttl for m in grid.pushed} == {float(DEFAULT_TTL)}
