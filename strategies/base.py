@@ -49,6 +49,7 @@ from strategies.fedavg_options import (
     aggregate_with,
     unknown_options,
 )
+from strategies.intake import averaged_app_metrics
 from strategies.loop import EventLoop
 from strategies.records import (
     AggregationRecord,
@@ -385,7 +386,11 @@ class SemiAsyncStrategy(Strategy):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Average valid replies by ``num-examples`` (synchronous use; bad replies dropped)."""
+        """Average valid replies by ``num-examples`` (synchronous use; bad replies dropped).
+
+        The metrics are the app's, averaged as FedAvg averages them, and ``participants``;
+        or ``train_metrics_aggr_fn``'s record where one is given.
+        """
         parsed: list[TrainReply] = []
         contents: list[RecordDict] = []
         keys: list[str] | None = None
@@ -411,7 +416,8 @@ class SemiAsyncStrategy(Strategy):
         arrays = weighted_average(
             [list(r.arrays or ()) for r in parsed], [float(r.num_examples) for r in parsed]
         )
-        metrics = MetricRecord({"participants": len(parsed)})
+        # the app's metrics averaged by their example counts, as FedAvg's, and the count
+        metrics = MetricRecord({**averaged_app_metrics(parsed), "participants": len(parsed)})
         fn = self.fedavg.train_metrics_aggr_fn
         if fn is not None:
             name, key = "train_metrics_aggr_fn", self.weighted_by_key

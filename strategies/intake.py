@@ -166,7 +166,9 @@ def metric_records(updates: Sequence[Update], weight_key: str) -> list[RecordDic
     return out
 
 
-def averaged_app_metrics(updates: Sequence[Update]) -> dict[str, float | list[float]]:
+def averaged_app_metrics(
+    updates: Sequence[Update] | Sequence[TrainReply],
+) -> dict[str, float | list[float]]:
     """Return each app metric averaged by ``num-examples`` over the updates that sent it.
 
     This is what Flower's FedAvg does with the train metrics (``aggregate_metricrecords``

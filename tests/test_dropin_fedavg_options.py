@@ -224,6 +224,15 @@ def test_the_synchronous_api_honours_the_keys_and_functions() -> None:
     out = strategy.aggregate_evaluate(1, grid.send_and_receive(evaluate))
     assert out is not None
     assert out["replies"] == 3
+    # without the functions, FedAvg's averages: the app's train_loss (it had only participants)
+    plain = FedBuff(threshold=2)
+    grid = InProcessGrid(quickstart_app(), 3)
+    sent = list(plain.configure_train(1, arrays, ConfigRecord({"lr": 0.1}), grid))
+    replies = list(grid.send_and_receive(sent))
+    _, metrics = plain.aggregate_train(1, replies)
+    reference = aggregate_metricrecords([m.content for m in replies], "num-examples")
+    assert metrics is not None
+    assert metrics["train_loss"] == pytest.approx(reference["train_loss"])
 
 
 @pytest.mark.parametrize(
