@@ -44,9 +44,11 @@ from strategies.convergence import StopKind
 from strategies.dispatch import check_train_config
 from strategies.evaluation import EvaluateFn, to_record
 from strategies.fedavg_options import (
+    SYNC_HOOKS,
     FedAvgOptions,
     MetricsAggrFn,
     aggregate_with,
+    overridden_hooks,
     unknown_options,
 )
 from strategies.intake import averaged_app_metrics
@@ -438,9 +440,46 @@ class SemiAsyncStrategy(Strategy):
     def aggregate_evaluate(
         self, server_round: int, replies: Iterable[Message]
     ) -> MetricRecord | None:
-        """Average the evaluate replies' metrics by ``num-examples`` (bad replies skipped)."""
+        """Average the evaluate replies' metrics by ``num-examples`` (bad replies skipped).
+
+        ``start()`` calls it with each round's evaluate replies when a subclass overrides it
+        (a FedAvg subclass that logs or saves there); otherwise it aggregates them itself.
+        """
         fn = self.fedavg.evaluate_metrics_aggr_fn
         return aggregate_evaluate_replies(replies, weight_key=self.weighted_by_key, aggr_fn=fn)
+
+    def _log_start(
+        self,
+        num_rounds: int,
+        initial_arrays: ArrayRecord,
+        train_config: ConfigRecord | None,
+        evaluate_config: ConfigRecord | None,
+    ) -> None:
+        """Log the lines of Flower's ``Strategy.start``, the settings and what start() ignores."""
+        log(INFO, "Starting %s strategy:", type(self).__name__)
+        log(INFO, "\t├── Number of rounds (aggregations): %d", num_rounds)
+        size = sum(len(array.data) for array in initial_arrays.values()) / 1024**2
+        log(INFO, "\t├── ArrayRecord (%.2f MB)", size)  # the lines of Flower's Strategy.start
+        for what, config in (("train", train_config), ("evaluate", evaluate_config)):
+            shown = {k: "<bytes>" if isinstance(v, bytes) else v for k, v in (config or {}).items()}
+            log(INFO, "\t├── ConfigRecord (%s): %s", what, shown or "(empty!)")
+        self.summary()
+        for hook in overridden_hooks(type(self), SemiAsyncStrategy):
+            log(
+                WARNING,
+                "%s overrides %s, which start() does not call (there are no synchronous "
+                "rounds): %s (docs/dropin.md)",
+                type(self).__name__,
+                hook,
+                SYNC_HOOKS[hook],
+            )
+        if evaluate_config is not None and self.fraction_evaluate == 0:
+            log(
+                WARNING,
+                "%s: evaluate_config given but fraction_evaluate is 0: no client-side "
+                "evaluation (set fraction_evaluate > 0)",
+                self.name,
+            )
 
     def start(
         self,
@@ -508,21 +547,7 @@ class SemiAsyncStrategy(Strategy):
         self.evaluate_fn_given = evaluate_fn is not None
         self.history.clear()
         self.events.clear()
-        log(INFO, "Starting %s strategy:", type(self).__name__)
-        log(INFO, "\t├── Number of rounds (aggregations): %d", num_rounds)
-        size = sum(len(array.data) for array in initial_arrays.values()) / 1024**2
-        log(INFO, "\t├── ArrayRecord (%.2f MB)", size)  # the lines of Flower's Strategy.start
-        for what, config in (("train", train_config), ("evaluate", evaluate_config)):
-            shown = {k: "<bytes>" if isinstance(v, bytes) else v for k, v in (config or {}).items()}
-            log(INFO, "\t├── ConfigRecord (%s): %s", what, shown or "(empty!)")
-        self.summary()
-        if evaluate_config is not None and self.fraction_evaluate == 0:
-            log(
-                WARNING,
-                "%s: evaluate_config given but fraction_evaluate is 0: no client-side "
-                "evaluation (set fraction_evaluate > 0)",
-                self.name,
-            )
+        self._log_start(num_rounds, initial_arrays, train_config, evaluate_config)
         run = EventLoop(
             self,
             grid,
@@ -533,6 +558,8 @@ class SemiAsyncStrategy(Strategy):
             evaluate_fn,
             evaluate_config,
         )
+        if type(self).aggregate_evaluate is not SemiAsyncStrategy.aggregate_evaluate:
+            run.client_eval.aggregate = self.aggregate_evaluate  # a subclass's, as FedAvg's
         started = time.time()
         result = run.execute()
         self.stop_reason = run.stopper.reason or "round budget"

@@ -12,7 +12,7 @@ node concurrently on snapshots of its state). Their replies are averaged by
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from logging import INFO, WARNING
 from typing import Any, Final
 
@@ -177,6 +177,8 @@ class ClientEvaluation:
         options: FedAvgOptions | None = None,
     ) -> None:
         self.options = FedAvgOptions() if options is None else options
+        #: the strategy's own ``aggregate_evaluate(round, replies)`` where a subclass overrides it
+        self.aggregate: Callable[[int, list[Message]], MetricRecord | None] | None = None
         self.fraction = validate.probability("fraction_evaluate", fraction)
         self.min_nodes = validate.integer("min_evaluate_nodes", min_nodes, low=0)
         self.config = config
@@ -278,6 +280,8 @@ class ClientEvaluation:
         self.last_done = (rnd, replies)
         self.asked_in = {r: n for r, n in self.asked_in.items() if r >= rnd}
         asked = {m.metadata.reply_to_message_id: node for m, node in replies}
+        if self.aggregate is not None:
+            return self.aggregate(rnd, [m for m, _ in replies])
         opts = self.options
         return aggregate_evaluate_replies(
             [m for m, _ in replies], asked, opts.weighted_by_key, opts.evaluate_metrics_aggr_fn

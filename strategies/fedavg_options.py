@@ -29,7 +29,15 @@ from flwr.common.logger import log
 from flower_edge import validate, wire
 from flower_edge.errors import ConfigError
 
-__all__ = ["FEDAVG_IGNORED", "FedAvgOptions", "MetricsAggrFn", "aggregate_with", "unknown_options"]
+__all__ = [
+    "FEDAVG_IGNORED",
+    "SYNC_HOOKS",
+    "FedAvgOptions",
+    "MetricsAggrFn",
+    "aggregate_with",
+    "overridden_hooks",
+    "unknown_options",
+]
 
 #: FedAvg's ``train_metrics_aggr_fn`` / ``evaluate_metrics_aggr_fn``
 MetricsAggrFn = Callable[[list[RecordDict], str], MetricRecord]
@@ -149,6 +157,23 @@ class FedAvgOptions:
             f"{self.arrayrecord_key!r}, ConfigRecord key {self.configrecord_key!r}"
             + "".join(f", {fn}" for fn in fns)
         )
+
+
+#: the synchronous Strategy hooks that a FedAvg subclass overrides, which the event loop does
+#: not call, and what takes their place (``aggregate_evaluate`` is called: not listed)
+SYNC_HOOKS: Final[dict[str, str]] = {
+    "configure_train": "train messages are built per node and job by the event loop, with "
+    "start()'s train_config and 'server-round' set to the round the update will count in",
+    "aggregate_train": "each aggregation combines the buffered updates (the strategy's combine); "
+    "train_metrics_aggr_fn aggregates their metrics, evaluate_fn sees each new global model",
+    "configure_evaluate": "evaluate messages go to fraction_evaluate of the idle nodes after "
+    "each aggregation, with start()'s evaluate_config",
+}
+
+
+def overridden_hooks(cls: type, base: type) -> list[str]:
+    """Return the :data:`SYNC_HOOKS` that ``cls`` defines other than ``base``'s."""
+    return [name for name in SYNC_HOOKS if getattr(cls, name) is not getattr(base, name)]
 
 
 def aggregate_with(

@@ -17,7 +17,7 @@ FedAvg and EdgeStrategy with FedAvg's keywords, and the Results have the same sh
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import pytest
@@ -25,6 +25,7 @@ import torch
 from conftest import flwr_logs
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Result
 from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 from torch import nn
@@ -283,3 +284,58 @@ def test_timeout_none_waits_as_long_as_flowers_default_message_ttl() -> None:
     result = EdgeStrategy(threshold=2).start(grid, model(0.0), num_rounds=1, timeout=None)
     assert 1 in result.train_metrics_clientapp
     assert {m.metadata.ttl for m in grid.pushed} == {float(DEFAULT_TTL)}
+
+
+class _Subclassed(EdgeStrategy):
+    """A FedAvg subclass rebased on EdgeStrategy: it overrides Flower's Strategy hooks."""
+
+    def __init__(self) -> None:
+        super().__init__(threshold=2, stop=StopConfig(), fraction_evaluate=1.0)
+        self.evaluated: list[int] = []
+
+    def aggregate_evaluate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> MetricRecord | None:
+        metrics = super().aggregate_evaluate(server_round, replies)
+        self.evaluated.append(server_round)
+        if metrics is not None:
+            metrics["seen-by-subclass"] = 1
+        return metrics
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        config["lr"] = 0.1 * 0.9**server_round
+        return super().configure_train(server_round, arrays, config, grid)
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        return super().aggregate_train(server_round, replies)
+
+
+def test_a_subclass_aggregate_evaluate_is_called_and_the_uncalled_hooks_are_named() -> None:
+    """Found by a new-user probe: a ``CustomFedAvg(FedAvg)`` that saves or logs in
+    ``aggregate_evaluate`` and schedules its lr in ``configure_train``, rebased on
+    EdgeStrategy, ran with none of its overrides called and nothing logged."""
+    strategy = _Subclassed()
+    with flwr_logs() as logs:
+        result, _ = _run(strategy, quickstart_app())
+    assert strategy.evaluated == sorted(result.evaluate_metrics_clientapp)
+    assert strategy.evaluated
+    for metrics in result.evaluate_metrics_clientapp.values():
+        assert metrics["seen-by-subclass"] == 1
+        assert "eval_acc" in metrics
+    warned = [r.getMessage() for r in logs.records if r.levelno == logging.WARNING]
+    for hook in ("configure_train", "aggregate_train"):
+        assert any(
+            f"_Subclassed overrides {hook}, which start() does not call" in w for w in warned
+        )
+    assert not any("overrides aggregate_evaluate" in w for w in warned)
+    assert not any("overrides" in w for w in _warnings_of(EdgeStrategy(threshold=2)))
+
+
+def _warnings_of(strategy: EdgeStrategy) -> list[str]:
+    with flwr_logs() as logs:
+        _run(strategy, quickstart_app())
+    return [r.getMessage() for r in logs.records if r.levelno == logging.WARNING]
