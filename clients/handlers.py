@@ -22,7 +22,7 @@ from flwr.common.logger import log
 from torch.utils.data import Dataset
 
 from clients.jobs import check_share, run_slice, start_job, train_job
-from clients.messages import TrainRequest, parse_arrays, parse_profile, parse_train
+from clients.messages import TrainRequest, config_of, parse_arrays, parse_profile, parse_train
 from clients.node import NodeRuntime, stream_node
 from clients.settings import ClientSettings
 from clients.state import PROFILE_KEY_PREFIX, load_state, save_state
@@ -109,9 +109,7 @@ class ClientHandlers(NodeRuntime):
         job and sends its profile beside the reply.
         """
         profile: ConfigRecord | None = None
-        cfg = ConfigRecord()
-        if msg.has_content():
-            cfg = msg.content.config_records.get(wire.CONFIG, cfg)
+        cfg = config_of(msg.content) if msg.has_content() else ConfigRecord()
         if wire.PROFILE_MODE in cfg:
             with_job = cfg.get(wire.PROFILE_WITH_JOB, False)
             validate.boolean(f"config {wire.PROFILE_WITH_JOB!r}", with_job, error=InputError)

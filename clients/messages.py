@@ -20,6 +20,7 @@ __all__ = [
     "ProfileMode",
     "ProfileRequest",
     "TrainRequest",
+    "config_of",
     "parse_arrays",
     "parse_profile",
     "parse_train",
@@ -91,10 +92,16 @@ def _content(msg: Message) -> RecordDict:
     return msg.content
 
 
-def _config(content: RecordDict) -> ConfigRecord:
+def config_of(content: RecordDict) -> ConfigRecord:
+    """Return the message's ConfigRecord: under :data:`~flower_edge.wire.CONFIG`, or alone.
+
+    A strategy built with FedAvg's ``configrecord_key`` sends it under another key; the only
+    ConfigRecord of the message is read then, as :func:`parse_arrays` reads the ArrayRecord.
+    """
     rec = content.get(wire.CONFIG)
     if rec is None:
-        return ConfigRecord()
+        found = list(content.config_records.values())
+        return found[0] if len(found) == 1 else ConfigRecord()
     if not isinstance(rec, ConfigRecord):
         raise InputError(f"record {wire.CONFIG!r} must be a ConfigRecord")
     return rec
@@ -159,7 +166,7 @@ def parse_train(msg: Message) -> TrainRequest:
         If a key has the wrong type or is out of range (the message names it).
     """
     content = _content(msg)
-    cfg = _config(content)
+    cfg = config_of(content)
     arrays = parse_arrays(content)
     budget = _real(cfg, wire.SLICE_BUDGET, low=0.0, finite=False)
     ratio = _real(cfg, wire.MATCH_RATIO)
@@ -200,7 +207,7 @@ def parse_profile(msg: Message) -> ProfileRequest:
     InputError
         If :data:`~flower_edge.wire.PROFILE_MODE` is not ``"quick"`` or ``"full"``.
     """
-    cfg = _config(_content(msg)) if msg.has_content() else ConfigRecord()
+    cfg = config_of(_content(msg)) if msg.has_content() else ConfigRecord()
     mode = cfg.get(wire.PROFILE_MODE, "quick")
     validate.choice(f"config {wire.PROFILE_MODE!r}", mode, get_args(ProfileMode), error=InputError)
     return ProfileRequest(mode=mode)  # type: ignore[arg-type]

@@ -163,7 +163,7 @@ class SemiAsyncStrategy(Strategy):
         As FedAvg's (defaults ``"num-examples"``, ``"arrays"``, ``"config"``): the metric a
         plain ClientApp's replies hold their example count in, and the keys of the records
         in the train and evaluate messages (:class:`~strategies.fedavg_options.FedAvgOptions`;
-        flower-edge's own ClientApp reads the default keys).
+        flower-edge's own ClientApp reads a message's only records under any key).
     train_metrics_aggr_fn, evaluate_metrics_aggr_fn : callable, optional
         As FedAvg's: ``fn(records, weighted_by_key) -> MetricRecord`` for the app's metrics
         of an aggregation's updates and of a round's evaluate replies.

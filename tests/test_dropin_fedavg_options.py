@@ -339,3 +339,35 @@ def _warnings_of(strategy: EdgeStrategy) -> list[str]:
     with flwr_logs() as logs:
         _run(strategy, quickstart_app())
     return [r.getMessage() for r in logs.records if r.levelno == logging.WARNING]
+
+
+def test_flower_edges_own_clientapp_reads_its_config_under_another_key() -> None:
+    """With ``configrecord_key="cfg"`` flower-edge's own ClientApp found no ``config`` record
+    and trained as a plain app: no profile (each node got an equal share, with a WARNING),
+    no job id, no values or abandon decisions."""
+    from test_client_e2e import Probe  # a device whose profile report is valid
+    from torch.utils.data import TensorDataset
+
+    from clients.app import build_client_app
+    from clients.task import Task
+    from flower_edge.models import MLP
+
+    x, y = _data(1, 60)
+    task = Task(
+        model_fn=lambda: MLP(in_features=8, hidden=16, num_classes=3),
+        load_data=lambda ctx: (TensorDataset(x[:48], y[:48]), TensorDataset(x[48:], y[48:])),
+        batch_size=16,
+    )
+    app = build_client_app(task, probe_fn=lambda ctx: Probe(50.0))
+    strategy = EdgeStrategy(
+        threshold=2, stop=StopConfig(), arrayrecord_key="weights", configrecord_key="cfg"
+    )
+    torch.manual_seed(0)
+    initial = ArrayRecord(MLP(in_features=8, hidden=16, num_classes=3).state_dict())
+    with flwr_logs() as logs:
+        result = strategy.start(InProcessGrid(app, 3), initial, num_rounds=1, timeout=60)
+    text = "\n".join(r.getMessage() for r in logs.records)
+    assert 1 in result.train_metrics_clientapp
+    assert "equal share" not in text  # each node answered its profile request
+    assert "no flower-edge profile" not in text
+    assert not [r for r in logs.records if r.levelno >= logging.WARNING]
