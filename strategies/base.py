@@ -443,7 +443,8 @@ class SemiAsyncStrategy(Strategy):
         """Average the evaluate replies' metrics by ``num-examples`` (bad replies skipped).
 
         ``start()`` calls it with each round's evaluate replies when a subclass overrides it
-        (a FedAvg subclass that logs or saves there); otherwise it aggregates them itself.
+        (a FedAvg subclass that logs or saves there; the final round's again once the nodes
+        asked after training stopped have replied); otherwise it aggregates them itself.
         """
         fn = self.fedavg.evaluate_metrics_aggr_fn
         return aggregate_evaluate_replies(replies, weight_key=self.weighted_by_key, aggr_fn=fn)

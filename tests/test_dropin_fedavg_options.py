@@ -321,8 +321,10 @@ def test_a_subclass_aggregate_evaluate_is_called_and_the_uncalled_hooks_are_name
     strategy = _Subclassed()
     with flwr_logs() as logs:
         result, _ = _run(strategy, quickstart_app())
-    assert strategy.evaluated == sorted(result.evaluate_metrics_clientapp)
-    assert strategy.evaluated
+    # the final round may come twice: again with the nodes asked once training has stopped
+    rounds = sorted(result.evaluate_metrics_clientapp)
+    assert rounds
+    assert strategy.evaluated in (rounds, [*rounds, rounds[-1]])
     for metrics in result.evaluate_metrics_clientapp.values():
         assert metrics["seen-by-subclass"] == 1
         assert "eval_acc" in metrics
