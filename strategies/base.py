@@ -19,16 +19,16 @@ from pathlib import Path
 from typing import TypedDict, TypeVar
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.app.constants import DEFAULT_TTL
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
-from flower_edge import validate, wire
-from flower_edge.aggregation import WeightedSum, weighted_average
+from flower_edge import validate
+from flower_edge.aggregation import WeightedSum
 from flower_edge.arrays import NDArray
-from flower_edge.errors import ConfigError, InputError
+from flower_edge.errors import ConfigError
 from flower_edge.staleness import DECAY_RULES, make_decay
 from strategies.checkpoint_options import CHECKPOINT_DIR_ENV, checkpoint_options
 from strategies.client_eval import ClientEvaluation, aggregate_evaluate_replies
@@ -42,25 +42,20 @@ from strategies.config import (
 )
 from strategies.convergence import StopKind
 from strategies.dispatch import check_train_config
-from strategies.evaluation import EvaluateFn, to_record
+from strategies.evaluation import EvaluateFn
 from strategies.fedavg_options import (
-    SYNC_HOOKS,
     FedAvgOptions,
     MetricsAggrFn,
-    aggregate_with,
-    overridden_hooks,
     unknown_options,
 )
-from strategies.intake import averaged_app_metrics
 from strategies.loop import EventLoop
 from strategies.records import (
     AggregationRecord,
     Combined,
     JobEvent,
-    TrainReply,
     Update,
-    parse_train_reply,
 )
+from strategies.sync_api import log_start, sync_aggregate_train, sync_configure_train
 
 __all__ = ["SemiAsyncStrategy", "StrategyOptions"]
 
@@ -380,10 +375,7 @@ class SemiAsyncStrategy(Strategy):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """Build one train message per registered node (synchronous use; ``start`` does not)."""
-        cfg = ConfigRecord(dict(config))
-        cfg[wire.SERVER_ROUND] = server_round
-        content = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: cfg})
-        return [Message(content, node, MessageType.TRAIN) for node in grid.get_node_ids()]
+        return sync_configure_train(server_round, arrays, config, grid, self.fedavg)
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
@@ -393,38 +385,7 @@ class SemiAsyncStrategy(Strategy):
         The metrics are the app's, averaged as FedAvg averages them, and ``participants``;
         or ``train_metrics_aggr_fn``'s record where one is given.
         """
-        parsed: list[TrainReply] = []
-        contents: list[RecordDict] = []
-        keys: list[str] | None = None
-        for msg in replies:
-            if keys is None and msg.has_content() and msg.content.array_records:
-                keys = list(next(iter(msg.content.array_records.values())).keys())
-            try:
-                reply = parse_train_reply(msg, keys or [], self.weighted_by_key)
-            except InputError as exc:
-                log(
-                    WARNING,
-                    "round %s: rejected reply of node %s: %s",
-                    server_round,
-                    msg.metadata.src_node_id,
-                    exc,
-                )
-                continue
-            if reply.arrays is not None:
-                parsed.append(reply)
-                contents.append(msg.content)
-        if not parsed or keys is None:
-            return None, None
-        arrays = weighted_average(
-            [list(r.arrays or ()) for r in parsed], [float(r.num_examples) for r in parsed]
-        )
-        # the app's metrics averaged by their example counts, as FedAvg's, and the count
-        metrics = MetricRecord({**averaged_app_metrics(parsed), "participants": len(parsed)})
-        fn = self.fedavg.train_metrics_aggr_fn
-        if fn is not None:
-            name, key = "train_metrics_aggr_fn", self.weighted_by_key
-            metrics = aggregate_with(fn, name, contents, key)
-        return to_record(keys, arrays), metrics
+        return sync_aggregate_train(server_round, replies, self.fedavg)
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -457,30 +418,9 @@ class SemiAsyncStrategy(Strategy):
         evaluate_config: ConfigRecord | None,
     ) -> None:
         """Log the lines of Flower's ``Strategy.start``, the settings and what start() ignores."""
-        log(INFO, "Starting %s strategy:", type(self).__name__)
-        log(INFO, "\t├── Number of rounds (aggregations): %d", num_rounds)
-        size = sum(len(array.data) for array in initial_arrays.values()) / 1024**2
-        log(INFO, "\t├── ArrayRecord (%.2f MB)", size)  # the lines of Flower's Strategy.start
-        for what, config in (("train", train_config), ("evaluate", evaluate_config)):
-            shown = {k: "<bytes>" if isinstance(v, bytes) else v for k, v in (config or {}).items()}
-            log(INFO, "\t├── ConfigRecord (%s): %s", what, shown or "(empty!)")
-        self.summary()
-        for hook in overridden_hooks(type(self), SemiAsyncStrategy):
-            log(
-                WARNING,
-                "%s overrides %s, which start() does not call (there are no synchronous "
-                "rounds): %s (docs/dropin.md)",
-                type(self).__name__,
-                hook,
-                SYNC_HOOKS[hook],
-            )
-        if evaluate_config is not None and self.fraction_evaluate == 0:
-            log(
-                WARNING,
-                "%s: evaluate_config given but fraction_evaluate is 0: no client-side "
-                "evaluation (set fraction_evaluate > 0)",
-                self.name,
-            )
+        log_start(
+            self, SemiAsyncStrategy, num_rounds, initial_arrays, train_config, evaluate_config
+        )
 
     def start(
         self,

@@ -408,3 +408,38 @@ def example_doc() -> dict[str, Any]:
         "mode": "quick",
         "elapsed_seconds": 1.5,
     }
+
+
+class Probe:
+    """A virtual probe whose CPU rating is the device speed (a valid ProfileReport)."""
+
+    def __init__(self, cpu: float) -> None:
+        self.cpu = cpu
+
+    def profile(self, mode: str) -> Any:
+        from flower_edge.profiling.report import (
+            HostFacts,
+            ProfileReport,
+            ResourceReport,
+            WorkloadResult,
+        )
+
+        def rated(name: str, rate: float) -> ResourceReport:
+            work = WorkloadResult.measured(f"{name}-256", 256, 256 / rate, 1.0)
+            return ResourceReport.from_workloads([work], reason="test device")
+
+        resources = {
+            "cpu": rated("cpu", self.cpu),
+            "gpu": ResourceReport.absent("no gpu"),
+            "memory": rated("memory", 100.0),
+            "disk": rated("disk", 100.0),
+        }
+        host = HostFacts(
+            cores=1,
+            cpu_model="test",
+            memory_bytes=2**30,
+            gpu_name=None,
+            load_average=(0.0, 0.0, 0.0),
+            platform="test",
+        )
+        return ProfileReport(host, resources, "quick", 1.0)

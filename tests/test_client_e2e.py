@@ -1,8 +1,7 @@
 """End to end: EdgeStrategy drives the real ClientApp on digits through the InProcessGrid."""
 
-from typing import Any
-
 import torch
+from conftest import Probe
 from flwr.app import ArrayRecord, Context, Message, MetricRecord
 
 from clients.app import build_client_app
@@ -26,41 +25,6 @@ class Timer:
 
     def slice_seconds(self, start: float, samples: int, down: int, up: int) -> float:
         return samples / self.speed + (down + up) / 1e6
-
-
-class Probe:
-    """A virtual probe whose CPU rating is the device speed (a valid ProfileReport)."""
-
-    def __init__(self, cpu: float) -> None:
-        self.cpu = cpu
-
-    def profile(self, mode: str) -> Any:
-        from flower_edge.profiling.report import (
-            HostFacts,
-            ProfileReport,
-            ResourceReport,
-            WorkloadResult,
-        )
-
-        def rated(name: str, rate: float) -> ResourceReport:
-            work = WorkloadResult.measured(f"{name}-256", 256, 256 / rate, 1.0)
-            return ResourceReport.from_workloads([work], reason="test device")
-
-        resources = {
-            "cpu": rated("cpu", self.cpu),
-            "gpu": ResourceReport.absent("no gpu"),
-            "memory": rated("memory", 100.0),
-            "disk": rated("disk", 100.0),
-        }
-        host = HostFacts(
-            cores=1,
-            cpu_model="test",
-            memory_bytes=2**30,
-            gpu_name=None,
-            load_average=(0.0, 0.0, 0.0),
-            platform="test",
-        )
-        return ProfileReport(host, resources, "quick", 1.0)
 
 
 def _pid(ctx: Context) -> int:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import pytest
 import torch
-from conftest import flwr_logs
+from conftest import Probe, flwr_logs
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
@@ -347,7 +347,6 @@ def test_flower_edges_own_clientapp_reads_its_config_under_another_key() -> None
     """With ``configrecord_key="cfg"`` flower-edge's own ClientApp found no ``config`` record
     and trained as a plain app: no profile (each node got an equal share, with a WARNING),
     no job id, no values or abandon decisions."""
-    from test_client_e2e import Probe  # a device whose profile report is valid
     from torch.utils.data import TensorDataset
 
     from clients.app import build_client_app
