@@ -162,7 +162,11 @@ class SemiAsyncStrategy(Strategy):
     train_metrics_aggr_fn, evaluate_metrics_aggr_fn : callable, optional
         As FedAvg's: ``fn(records, weighted_by_key) -> MetricRecord`` for the app's metrics
         of an aggregation's updates and of a round's evaluate replies.
-    fraction_train, min_train_nodes, min_available_nodes
+    min_available_nodes : int, optional
+        As FedAvg's: the nodes to wait for before the first round (at least the fewest that
+        can trigger an aggregation); ``LoopConfig.min_nodes`` if that is not set, a
+        ConfigError if it is set to another value.
+    fraction_train, min_train_nodes
         FedAvg's sampling arguments: validated and ignored, with a WARNING each.
     """
 
@@ -206,6 +210,7 @@ class SemiAsyncStrategy(Strategy):
         self.decay_spec = decay
         self.decay = _decay(type(self).__name__, decay, decay_a, decay_b)
         self.loop = _config("loop", loop, LoopConfig)
+        self.fedavg.check_min_nodes(self.loop.min_nodes)
         self.shares = _config("shares", shares, ShareConfig)
         self.valuation = _config("valuation", valuation, ValuationConfig)
         self.stop = self.default_stop if stop is None else _config("stop", stop, StopConfig)
@@ -281,8 +286,11 @@ class SemiAsyncStrategy(Strategy):
         return next(n for n in range(1, self.threshold + 2) if self.aggregation_due(n))
 
     def min_nodes(self) -> int:
-        """Return the nodes to wait for: ``loop.min_nodes``, or the fewest that can trigger."""
-        return self.loop.min_nodes or self.updates_per_aggregation()
+        """Return the nodes to wait for: ``loop.min_nodes``, or the fewest that can trigger.
+
+        FedAvg's ``min_available_nodes`` raises the latter (:meth:`FedAvgOptions.nodes_to_wait`).
+        """
+        return self.fedavg.nodes_to_wait(self.loop.min_nodes, self.updates_per_aggregation())
 
     def check_node_count(self, count: int) -> None:
         """Raise ConfigError if ``count`` nodes can never reach the aggregation trigger."""
@@ -333,7 +341,7 @@ class SemiAsyncStrategy(Strategy):
             if self.checkpoint_dir is not None and self.checkpoint_source == CHECKPOINT_DIR_ENV
             else "",
         )
-        for line in [*self.summary_lines(), self.fedavg.summary_line()]:
+        for line in [*self.summary_lines(), self.fedavg.summary_line(self.min_nodes())]:
             log(INFO, "\t├── %s", line)
         if self.fraction_evaluate > 0:
             log(
@@ -366,6 +374,8 @@ class SemiAsyncStrategy(Strategy):
         )
         if self.loop.min_nodes:
             return f": lower LoopConfig.min_nodes ({self.loop.min_nodes}) or {more}"
+        if need > self.updates_per_aggregation():
+            return f": lower min_available_nodes ({need}) or {more}"
         return (
             f": {type(self).__name__} aggregates when buffered updates {self.trigger_text()}; "
             f"set threshold K below the number of nodes, or {more}"

@@ -9,9 +9,12 @@ keeps the arguments. ``fraction_evaluate`` and ``min_evaluate_nodes`` are the st
   ClientApp's replies give their example count in, the keys of the ArrayRecord and the
   ConfigRecord in the train and evaluate messages, and the functions that aggregate the
   replies' MetricRecords (``(list[RecordDict], weighted_by_key) -> MetricRecord``);
-- ``fraction_train``, ``min_train_nodes`` and ``min_available_nodes`` choose how many nodes a
-  synchronous round trains: they are validated and ignored with one WARNING each that says
-  what stands in for them.
+- ``min_available_nodes`` is the number of registered nodes to wait for before the first
+  train message (FedAvg waits for it before each round): the loop's own ``LoopConfig.min_nodes``
+  when that is not set, at least the fewest nodes that can trigger an aggregation (as FedAvg
+  waits for at least its sample); a ``LoopConfig.min_nodes`` of another value is an error;
+- ``fraction_train`` and ``min_train_nodes`` choose how many nodes a synchronous round trains:
+  they are validated and ignored with one WARNING each that says what stands in for them.
 
 Any other keyword is a ``TypeError`` naming it (:func:`unknown_options`).
 """
@@ -47,7 +50,6 @@ MetricsAggrFn = Callable[[list[RecordDict], str], MetricRecord]
 FEDAVG_IGNORED: Final[dict[str, str]] = {
     "fraction_train": "every idle node trains; threshold K decides when to aggregate",
     "min_train_nodes": "every idle node trains; threshold K decides when to aggregate",
-    "min_available_nodes": "loop=LoopConfig(min_nodes=...) sets the nodes to wait for",
 }
 #: other Flower strategies' arguments, and where their value goes instead
 _SERVER_LR = (
@@ -89,6 +91,9 @@ class FedAvgOptions:
     evaluate_metrics_aggr_fn : callable, optional
         ``fn(records, weighted_by_key) -> MetricRecord`` over the contents of a round's
         evaluate replies that carry a usable example count. ``None``: FedAvg's average.
+    min_available_nodes : int, optional
+        Registered nodes to wait for before the first train message, at least the fewest
+        that can trigger an aggregation (:meth:`nodes_to_wait`). ``None``: not given.
     """
 
     weighted_by_key: str = wire.NUM_EXAMPLES
@@ -96,6 +101,7 @@ class FedAvgOptions:
     configrecord_key: str = wire.CONFIG
     train_metrics_aggr_fn: MetricsAggrFn | None = None
     evaluate_metrics_aggr_fn: MetricsAggrFn | None = None
+    min_available_nodes: int | None = None
 
     def __post_init__(self) -> None:
         key = self.weighted_by_key
@@ -119,6 +125,25 @@ class FedAvgOptions:
             fn = getattr(self, name)
             if fn is not None and not callable(fn):
                 raise ConfigError(f"{name} must be callable or None, got {type(fn).__name__}")
+        validate.integer("min_available_nodes", self.min_available_nodes, low=0, allow_none=True)
+
+    def check_min_nodes(self, min_nodes: int | None) -> None:
+        """Raise ConfigError if ``min_available_nodes`` and ``LoopConfig.min_nodes`` disagree."""
+        given = self.min_available_nodes
+        if given is not None and min_nodes is not None and given != min_nodes:
+            raise ConfigError(
+                f"min_available_nodes={given} and loop=LoopConfig(min_nodes={min_nodes}) both "
+                "set the nodes to wait for before the first round, and disagree: pass one of them"
+            )
+
+    def nodes_to_wait(self, min_nodes: int | None, fewest: int) -> int:
+        """Return the nodes to wait for before the first round.
+
+        ``min_nodes``: ``LoopConfig.min_nodes``, which wins when set; else the larger of
+        ``min_available_nodes`` and ``fewest`` (the fewest nodes that can trigger an
+        aggregation), as FedAvg waits for the larger of it and the round's sample.
+        """
+        return min_nodes or max(self.min_available_nodes or 0, fewest)
 
     @classmethod
     def take(
@@ -126,8 +151,8 @@ class FedAvgOptions:
     ) -> tuple[FedAvgOptions, dict[str, object]]:
         """Return the options of ``unknown`` and the keywords left (``strategy`` for the log).
 
-        ``fraction_train``, ``min_train_nodes`` and ``min_available_nodes`` are validated
-        and ignored with one WARNING each.
+        ``fraction_train`` and ``min_train_nodes`` are validated and ignored with one WARNING
+        each.
         """
         rest = dict(unknown)
         taken = {name: rest.pop(name) for name in cls.__dataclass_fields__ if name in rest}
@@ -142,8 +167,8 @@ class FedAvgOptions:
             log(WARNING, "%s: %s=%r is ignored: %s (docs/dropin.md)", strategy, name, value, why)
         return cls(**taken), rest  # type: ignore[arg-type]  # checked in __post_init__
 
-    def summary_line(self) -> str:
-        """Describe the records' keys for the strategy's ``summary()``."""
+    def summary_line(self, nodes: int) -> str:
+        """Describe the records' keys for the strategy's ``summary()`` (``nodes``: to wait for)."""
         fns = [
             f"{name} {getattr(fn, '__name__', type(fn).__name__)}"
             for name, fn in (
@@ -156,6 +181,11 @@ class FedAvgOptions:
             f"records: weighted by {self.weighted_by_key!r}, ArrayRecord key "
             f"{self.arrayrecord_key!r}, ConfigRecord key {self.configrecord_key!r}"
             + "".join(f", {fn}" for fn in fns)
+            + (
+                ""
+                if self.min_available_nodes is None
+                else f"; min_available_nodes {self.min_available_nodes}: waits for {nodes} nodes"
+            )
         )
 
 

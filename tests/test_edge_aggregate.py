@@ -174,10 +174,11 @@ def test_the_quickstarts_fedavg_arguments_carry_over_with_a_warning() -> None:
             fraction_evaluate=1.0,
         )
     assert strategy.fraction_evaluate == 1.0
+    assert strategy.min_nodes() == 4  # min_available_nodes: the nodes to wait for
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warned) == 3
+    assert len(warned) == 2
     assert "EdgeStrategy: fraction_train=0.5 is ignored: every idle node trains" in warned[0]
-    assert "min_available_nodes=4 is ignored: loop=LoopConfig(min_nodes=...)" in warned[2]
+    assert "EdgeStrategy: min_train_nodes=2 is ignored: every idle node trains" in warned[1]
     for bad, match in ((1.5, "fraction_train"), ("x", "fraction_train")):
         with pytest.raises(ConfigError, match=match):
             FedBuff(threshold=2, fraction_train=bad)  # type: ignore[call-arg]
