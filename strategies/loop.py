@@ -189,6 +189,8 @@ class EventLoop:
         resumed_at = self.version
         if not resumed:
             metrics = self.evaluation.evaluate(0, self.global_arrays)
+            if self.evaluation.evaluate_fn is not None:  # Flower's Strategy.start line
+                log(INFO, "Initial global evaluation results: %s", metrics)
             if metrics is not None:
                 check_metric_keys(self, metrics)  # before any send
                 self.result.evaluate_metrics_serverapp[0] = metrics
@@ -456,6 +458,9 @@ class EventLoop:
             "" if dropped is None else f" dropped=node {updates[dropped].node_id} (drop_worst)",
             " served=global (serve_better)" if self.serving_global else "",
         )
+        if self.evaluation.evaluate_fn is not None:  # Flower's Strategy.start lines
+            log(INFO, "Global evaluation")
+            log(INFO, "\t└──> MetricRecord: %s", metrics)
         self.planner.rebalance(self.nodes.values())
         self.stopper.observe(self.evaluation.metric(metrics, self.stop_key))
         save_checkpoint(self, record)

@@ -1,18 +1,23 @@
-"""Drop-in: FedAvg's ``min_available_nodes`` is the wait before the first round.
+"""Drop-in: FedAvg's node wait and its evaluation log lines.
 
 Found by a helper's probe of ``FedAvg(...)`` swapped for ``EdgeStrategy(threshold=K, ...)``
-with the other keywords kept (Flower 1.42): ``min_available_nodes`` was ignored with a
-WARNING. FedAvg waits for that many registered nodes before a round, EdgeStrategy started
-with the K + 1 it needs. It is now the number of nodes to wait for before the first round
-(``LoopConfig.min_nodes`` when that is not set; both set to different values is a
-ConfigError naming both)."""
+with the other keywords kept (Flower 1.42):
+
+- ``min_available_nodes`` was ignored with a WARNING: FedAvg waits for that many registered
+  nodes before a round, EdgeStrategy started with the K + 1 it needs. It is now the number of
+  nodes to wait for before the first round (``LoopConfig.min_nodes`` when that is not set;
+  both set to different values is a ConfigError naming both);
+- with an ``evaluate_fn``, FedAvg's ``Strategy.start`` logs ``Initial global evaluation
+  results: ...`` and, after each round, ``Global evaluation`` and ``\\t└──> MetricRecord:
+  ...``; EdgeStrategy logged neither, so a FedAvg user's log lost its evaluation lines."""
 
 from __future__ import annotations
 
 import logging
 
 import pytest
-from conftest import EQUAL, ToyEdge, flwr_logs, model, virtual
+from conftest import EQUAL, ToyEdge, accuracy_fn, flwr_logs, make_dropin_app, model, virtual
+from flwr.serverapp.strategy import FedAvg
 
 from flower_edge.errors import ConfigError
 from strategies import (
@@ -23,6 +28,7 @@ from strategies import (
     LoopConfig,
     ManualClock,
     StopConfig,
+    ValuationConfig,
     VirtualClock,
 )
 
@@ -99,3 +105,46 @@ def test_too_few_nodes_for_min_available_nodes_says_which_setting_to_lower() -> 
 def test_bad_min_available_nodes_is_named(options: dict[str, object], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         EdgeStrategy(threshold=2, **options)  # type: ignore[arg-type]
+
+
+GLOBAL_LINES = ("Initial global evaluation results: ", "Global evaluation", "\t└──> MetricRecord: ")
+
+
+def _evaluation_lines(logs: object) -> dict[str, list[str]]:
+    messages = logs.messages(logging.INFO)  # type: ignore[attr-defined]
+    return {
+        "initial": [m for m in messages if m.startswith(GLOBAL_LINES[0])],
+        "global": [m for m in messages if m == GLOBAL_LINES[1]],
+        "record": [m for m in messages if m.startswith(GLOBAL_LINES[2])],
+    }
+
+
+def test_the_log_has_fedavgs_global_evaluation_lines() -> None:
+    with flwr_logs() as logs:
+        FedAvg(fraction_evaluate=0.0).start(
+            InProcessGrid(make_dropin_app(), 4), model(0.0), num_rounds=2, evaluate_fn=accuracy_fn()
+        )
+    fedavg = _evaluation_lines(logs)
+    assert [len(v) for v in fedavg.values()] == [1, 2, 2]  # Flower's own, for reference
+
+    # leave-one-out calls evaluate_fn K + 1 more times per aggregation: one line pair each
+    strategy = EdgeStrategy(threshold=2, clock=virtual(), shares=EQUAL, stop=StopConfig())
+    with flwr_logs() as logs:
+        result = strategy.start(
+            InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=2, evaluate_fn=accuracy_fn()
+        )
+    edge = _evaluation_lines(logs)
+    assert [len(v) for v in edge.values()] == [1, 2, 2]
+    served = result.evaluate_metrics_serverapp
+    assert edge["initial"] == [f"{GLOBAL_LINES[0]}{served[0]}"]
+    assert edge["record"] == [f"{GLOBAL_LINES[2]}{served[r]}" for r in (1, 2)]
+    messages = logs.messages(logging.INFO)  # each pair right after its aggregation's line
+    for rnd in (1, 2):
+        at = next(i for i, m in enumerate(messages) if m.startswith(f"[edge round {rnd}]"))
+        assert messages[at + 1 : at + 3] == [GLOBAL_LINES[1], f"{GLOBAL_LINES[2]}{served[rnd]}"]
+
+    with flwr_logs() as logs:  # none without an evaluate_fn, as FedAvg
+        EdgeStrategy(
+            threshold=2, clock=virtual(), shares=EQUAL, valuation=ValuationConfig(mode="off")
+        ).start(InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=1)
+    assert not any(_evaluation_lines(logs).values())

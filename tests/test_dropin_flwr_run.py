@@ -101,4 +101,7 @@ def test_quickstart_app_runs_edge_through_flwr_run(tmp_path: Path) -> None:
     # client-side evaluation ran: only the ClientApp's evaluate handler reports eval_acc
     assert "eval_acc" in log, log[-4000:]
     assert "num-examples" not in _evaluate_block(log), log[-4000:]
+    # FedAvg's centralised evaluation lines: once at the start, a pair per aggregation
+    assert log.count("Initial global evaluation results: {'accuracy'") == 1, log[-4000:]
+    assert log.count("└──> MetricRecord: {'accuracy'") == 3, log[-4000:]
     assert not (tmp_path / "final_model.pt").exists()
