@@ -1,4 +1,4 @@
-"""Drop-in: FedAvg's node wait and its evaluation log lines.
+"""Drop-in: FedAvg's node wait, its evaluation log lines and its Result of no round.
 
 Found by a helper's probe of ``FedAvg(...)`` swapped for ``EdgeStrategy(threshold=K, ...)``
 with the other keywords kept (Flower 1.42):
@@ -9,14 +9,20 @@ with the other keywords kept (Flower 1.42):
   both set to different values is a ConfigError naming both);
 - with an ``evaluate_fn``, FedAvg's ``Strategy.start`` logs ``Initial global evaluation
   results: ...`` and, after each round, ``Global evaluation`` and ``\\t└──> MetricRecord:
-  ...``; EdgeStrategy logged neither, so a FedAvg user's log lost its evaluation lines."""
+  ...``; EdgeStrategy logged neither, so a FedAvg user's log lost its evaluation lines;
+- with ``num_rounds=0`` both Results hold the initial evaluation only; ``Result.arrays`` is
+  FedAvg's empty ArrayRecord but EdgeStrategy's initial model (documented in docs/dropin.md).
+"""
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import EQUAL, ToyEdge, accuracy_fn, flwr_logs, make_dropin_app, model, virtual
+from flwr.app import ArrayRecord
 from flwr.serverapp.strategy import FedAvg
 
 from flower_edge.errors import ConfigError
@@ -148,3 +154,27 @@ def test_the_log_has_fedavgs_global_evaluation_lines() -> None:
             threshold=2, clock=virtual(), shares=EQUAL, valuation=ValuationConfig(mode="off")
         ).start(InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=1)
     assert not any(_evaluation_lines(logs).values())
+
+
+def test_no_round_gives_fedavgs_metrics_and_the_initial_model() -> None:
+    """``num_rounds=0``: the same metrics as FedAvg's Result (the initial evaluation only).
+    FedAvg's ``arrays`` is an empty ArrayRecord, set only by an aggregation; EdgeStrategy's is
+    the model it serves, the initial one, as docs/dropin.md says."""
+    initial = model(0.5)
+    fedavg = FedAvg(fraction_evaluate=0.0).start(
+        InProcessGrid(make_dropin_app(), 4), initial, num_rounds=0, evaluate_fn=accuracy_fn()
+    )
+    edge = EdgeStrategy(threshold=2, clock=virtual(), shares=EQUAL).start(
+        InProcessGrid(ToyEdge(), 4), initial, num_rounds=0, evaluate_fn=accuracy_fn()
+    )
+    for name in ("train_metrics_clientapp", "evaluate_metrics_clientapp"):
+        assert getattr(fedavg, name) == getattr(edge, name) == {}
+    assert list(fedavg.evaluate_metrics_serverapp) == list(edge.evaluate_metrics_serverapp) == [0]
+    assert dict(fedavg.evaluate_metrics_serverapp[0]) == dict(edge.evaluate_metrics_serverapp[0])
+    assert len(fedavg.arrays) == 0
+    assert isinstance(edge.arrays, ArrayRecord)
+    for key in initial:
+        np.testing.assert_array_equal(edge.arrays[key].numpy(), initial[key].numpy())
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "dropin.md").read_text()
+    assert "`num_rounds=0` returns what FedAvg's Result holds" in guide
+    assert "where FedAvg's is an empty ArrayRecord" in " ".join(guide.split())
