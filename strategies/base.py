@@ -31,7 +31,7 @@ from flower_edge.arrays import NDArray
 from flower_edge.errors import ConfigError
 from flower_edge.staleness import DECAY_RULES, make_decay
 from strategies.checkpoint_options import CHECKPOINT_DIR_ENV, checkpoint_options
-from strategies.client_eval import ClientEvaluation, aggregate_evaluate_replies
+from strategies.client_eval import aggregate_evaluate_replies
 from strategies.clock import Clock, WallClock
 from strategies.config import (
     AbandonConfig,
@@ -55,7 +55,12 @@ from strategies.records import (
     JobEvent,
     Update,
 )
-from strategies.sync_api import log_start, sync_aggregate_train, sync_configure_train
+from strategies.sync_api import (
+    log_start,
+    sync_aggregate_train,
+    sync_configure_evaluate,
+    sync_configure_train,
+)
 
 __all__ = ["SemiAsyncStrategy", "StrategyOptions"]
 
@@ -401,12 +406,7 @@ class SemiAsyncStrategy(Strategy):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """Build evaluate messages for ``fraction_evaluate`` of the nodes (synchronous use)."""
-        evaluation = ClientEvaluation(
-            self.fraction_evaluate, self.min_evaluate_nodes, config, 3600.0, self.fedavg
-        )
-        ids = [int(n) for n in grid.get_node_ids()]
-        chosen = evaluation.sample(server_round, ids, len(ids))
-        return [evaluation.message(n, server_round, arrays) for n in chosen]
+        return sync_configure_evaluate(self, server_round, arrays, config, grid)
 
     def aggregate_evaluate(
         self, server_round: int, replies: Iterable[Message]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from logging import WARNING
+from logging import INFO, WARNING
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -113,6 +113,19 @@ class ServerEvaluation:
         self.calls += 1
         self.last = metrics
         return metrics
+
+    def log_like_flower(self, metrics: MetricRecord | None, *, initial: bool = False) -> None:
+        """Log the centralised-evaluation lines of Flower's ``Strategy.start``.
+
+        With an ``evaluate_fn`` only: the initial results, or a round's served model's metrics.
+        """
+        if self.evaluate_fn is None:
+            return
+        if initial:
+            log(INFO, "Initial global evaluation results: %s", metrics)
+        else:
+            log(INFO, "Global evaluation")
+            log(INFO, "\t└──> MetricRecord: %s", metrics)
 
     def evaluate_last(self, rnd: int, arrays: Sequence[NDArray], at: int) -> None:
         """Score the served model ``arrays`` once more if call ``at`` was not the last one.

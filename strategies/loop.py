@@ -189,21 +189,18 @@ class EventLoop:
         resumed_at = self.version
         if not resumed:
             metrics = self.evaluation.evaluate(0, self.global_arrays)
-            if self.evaluation.evaluate_fn is not None:  # Flower's Strategy.start line
-                log(INFO, "Initial global evaluation results: %s", metrics)
+            self.evaluation.log_like_flower(metrics, initial=True)
             if metrics is not None:
                 check_metric_keys(self, metrics)  # before any send
                 self.result.evaluate_metrics_serverapp[0] = metrics
             self.planner.begin(node_ids, self.nodes)
             self.abandon.refresh_from(self.nodes.values(), self.evaluation)
-        elif (
-            self.buffer and self.strategy.aggregation_due(len(self.buffer)) and not self._finished()
-        ):
+        elif self.buffer and self.strategy.aggregation_due(len(self.buffer)) and not self.done:
             # killed while checkpointing the aggregation these updates triggered: redo it
             self.aggregate_now(max(u.received_at for u in self.buffer))
-        if not self._finished():  # num_rounds = 0, or a resume at the round budget: no jobs
+        if not self.done:  # num_rounds = 0, or a resume at the round budget: no jobs
             self.start_idle_jobs()
-        while not self._finished():
+        while not self.done:
             if not self._pump():
                 if not unblock(self):
                     self.stopper.stop(STALLED, "stalled")
@@ -226,8 +223,9 @@ class EventLoop:
         self.result.arrays = to_record(self.keys, self.served or self.global_arrays)
         return self.result
 
-    def _finished(self) -> bool:
-        """Return whether a stop rule applies now."""
+    @property
+    def done(self) -> bool:
+        """Whether a stop rule applies now."""
         return self.stopper.finished(self.version, self.clock.now() - self.start_time)
 
     def _register(self) -> list[int]:
@@ -261,7 +259,7 @@ class EventLoop:
         if self.planner.check_deadline(self.nodes):
             self._shares_planned()
         handled = 0
-        while not self._finished() and self.queue.processable(
+        while not self.done and self.queue.processable(
             self.inflight.values(),
             virtual=self.clock.is_virtual,
             now=self.clock.now(),
@@ -273,7 +271,7 @@ class EventLoop:
                 on_deadline(self, event)
             else:
                 self._on_reply(event, when)
-            if not self._finished():  # no new work after the last aggregation
+            if not self.done:  # no new work after the last aggregation
                 self.start_idle_jobs()
             handled += 1
         return bool(got) or handled > 0
@@ -458,9 +456,7 @@ class EventLoop:
             "" if dropped is None else f" dropped=node {updates[dropped].node_id} (drop_worst)",
             " served=global (serve_better)" if self.serving_global else "",
         )
-        if self.evaluation.evaluate_fn is not None:  # Flower's Strategy.start lines
-            log(INFO, "Global evaluation")
-            log(INFO, "\t└──> MetricRecord: %s", metrics)
+        self.evaluation.log_like_flower(metrics)
         self.planner.rebalance(self.nodes.values())
         self.stopper.observe(self.evaluation.metric(metrics, self.stop_key))
         save_checkpoint(self, record)

@@ -20,6 +20,7 @@ from flwr.serverapp import Grid
 from flower_edge import wire
 from flower_edge.aggregation import weighted_average
 from flower_edge.errors import InputError
+from strategies.client_eval import ClientEvaluation
 from strategies.evaluation import to_record
 from strategies.fedavg_options import SYNC_HOOKS, FedAvgOptions, aggregate_with, overridden_hooks
 from strategies.intake import averaged_app_metrics
@@ -28,7 +29,12 @@ from strategies.records import TrainReply, parse_train_reply
 if TYPE_CHECKING:
     from strategies.base import SemiAsyncStrategy
 
-__all__ = ["log_start", "sync_aggregate_train", "sync_configure_train"]
+__all__ = [
+    "log_start",
+    "sync_aggregate_train",
+    "sync_configure_evaluate",
+    "sync_configure_train",
+]
 
 
 def sync_configure_train(
@@ -124,3 +130,19 @@ def log_start(
             "evaluation (set fraction_evaluate > 0)",
             strategy.name,
         )
+
+
+def sync_configure_evaluate(
+    strategy: SemiAsyncStrategy,
+    server_round: int,
+    arrays: ArrayRecord,
+    config: ConfigRecord,
+    grid: Grid,
+) -> list[Message]:
+    """Return evaluate messages for ``strategy.fraction_evaluate`` of the registered nodes."""
+    evaluation = ClientEvaluation(
+        strategy.fraction_evaluate, strategy.min_evaluate_nodes, config, 3600.0, strategy.fedavg
+    )
+    ids = [int(n) for n in grid.get_node_ids()]
+    chosen = evaluation.sample(server_round, ids, len(ids))
+    return [evaluation.message(n, server_round, arrays) for n in chosen]
