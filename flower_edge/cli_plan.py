@@ -37,7 +37,9 @@ Notes (stderr)
 
 The radar plot (``--plot``) belongs to the upper layer (``simulations.plots.plot_radar``,
 matplotlib); this module finds it through the entry-point group :data:`PLOTS_GROUP`, so
-``plan`` works without it, and ``--plot`` without it is bad input.
+``plan`` works without it, and ``--plot`` without it is bad input. It draws the chart of the
+plan's options (``--drop-empty-axes``, ``--order-invariant``): its match ratios are the
+table's.
 
 Exit codes: 0 success, 2 bad input (unreadable or malformed file, duplicate ids, an unknown key
 in a node entry, both or neither of ``--model`` and ``--compute-share``, an option of the
@@ -56,10 +58,10 @@ import importlib.util
 import json
 import math
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from flower_edge import validate
 from flower_edge.cli_analyze import add_model_options, analyze_args
@@ -85,8 +87,23 @@ __all__ = [
 
 #: entry-point group of the plots that core commands use; ``radar`` draws ``plan --plot``
 PLOTS_GROUP = "flower_edge.plots"
-#: ``plot(evaluations, compute_share, labels, path) -> path`` (``simulations.plots.plot_radar``)
-RadarPlotter = Callable[[Any, float, Sequence[str], str], Path]
+
+
+class RadarPlotter(Protocol):
+    """``simulations.plots.plot_radar``: the radar chart of ``plan --plot``."""
+
+    def __call__(
+        self,
+        evaluations: Any,
+        compute_share: float,
+        labels: Sequence[str],
+        path: str,
+        *,
+        order_invariant: bool = ...,
+        drop_empty_axes: bool = ...,
+    ) -> Path:
+        """Draw the nodes on the radar chart of the plan's options; return ``path``."""
+        ...
 
 
 # ---------------------------------------------------------------- parsers
@@ -694,7 +711,14 @@ def run_plan(args: argparse.Namespace) -> int:
         sys.stderr.write(f"flower-edge plan: note: {note}\n")
     if plot is not None and plot_path is not None:
         try:
-            plot(evaluations, share, ids, str(plot_path))
+            plot(
+                evaluations,
+                share,
+                ids,
+                str(plot_path),
+                order_invariant=args.order_invariant,
+                drop_empty_axes=args.drop_empty_axes,
+            )
         except OSError as exc:
             reason = exc.strerror or str(exc) or type(exc).__name__
             raise InputError(

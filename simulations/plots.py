@@ -147,11 +147,18 @@ def plot_radar(
     compute_share: float,
     labels: Sequence[str],
     path: str | Path,
+    *,
+    order_invariant: bool = False,
+    drop_empty_axes: bool = False,
 ) -> Path:
     """Draw every node's polygon on the distorted radar chart and save it as a PNG.
 
     Up to 12 nodes each get a colour and a legend entry with its match ratio; beyond that,
     polygons are coloured by match ratio on a colour bar, the best and worst nodes labelled.
+    The chart and the ratios follow ``order_invariant`` and ``drop_empty_axes`` as
+    :func:`flower_edge.radar.match_ratios` does, so that they are the ratios of
+    ``flower-edge plan`` with the same options (its ``--plot`` drew the seed's four axes and
+    their ratios whatever the options: found by a new-user probe).
 
     Parameters
     ----------
@@ -163,6 +170,10 @@ def plot_radar(
         One label (node id) per node.
     path : str or pathlib.Path
         Output file (PNG); its folder must exist.
+    order_invariant : bool (default: False)
+        Match ratios averaged over every axis order instead of the seed's C, G, M, D.
+    drop_empty_axes : bool (default: False)
+        Leave out an axis on which no node scores above zero (the seed keeps all four).
 
     Returns
     -------
@@ -180,8 +191,13 @@ def plot_radar(
     from matplotlib.colors import Normalize
 
     plt = _pyplot()
-    chart = radar_chart(evaluations, compute_share)
-    ratios = match_ratios(evaluations, compute_share)
+    chart = radar_chart(evaluations, compute_share, drop_empty_axes=drop_empty_axes)
+    ratios = match_ratios(
+        evaluations,
+        compute_share,
+        order_invariant=order_invariant,
+        drop_empty_axes=drop_empty_axes,
+    )
     n = chart.scores.shape[0]
     if len(labels) != n:
         raise InputError(f"labels must have one entry per node ({n}), got {len(labels)}")

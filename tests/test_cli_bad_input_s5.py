@@ -70,7 +70,9 @@ def test_plan_plot_write_error_names_plot(
 ) -> None:
     import flower_edge.cli_plan as cli_plan
 
-    def plotter(evaluations: Any, share: float, labels: Sequence[str], path: str) -> Path:
+    def plotter(
+        evaluations: Any, share: float, labels: Sequence[str], path: str, **options: bool
+    ) -> Path:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(cli_plan, "radar_plotter", lambda: plotter)

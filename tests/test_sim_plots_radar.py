@@ -82,3 +82,47 @@ def test_plan_without_plot_needs_no_radar_plot(
     argv = ["plan", "--profiles", str(profiles), "--total-samples", "10"]
     assert main([*argv, "--compute-share", "0.5", "--json"]) == 0
     assert sum(n["samples"] for n in json.loads(capsys.readouterr().out)["nodes"]) == 10
+
+
+GPU_LESS = [  # no gpu anywhere: --drop-empty-axes draws a triangle; c has no 4-axis area
+    {"id": "a", "resources": {"cpu": 100, "memory": 50, "disk": 10}},
+    {"id": "b", "resources": {"cpu": 200, "memory": 80, "disk": 20}},
+    {"id": "c", "resources": {"cpu": 50, "memory": 30}},
+]
+
+
+@pytest.mark.parametrize("options", [["--drop-empty-axes"], ["--order-invariant"], []])
+def test_plan_plot_shows_the_plans_match_ratios(
+    options: list[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The chart of ``plan --plot`` is the plan's: its axes and its legend's ratios.
+
+    Found by a new-user probe: with ``--drop-empty-axes`` the plan rated GPU-less nodes on
+    three axes (a: 0.295, c: 0.027) while the chart drew four and labelled a 0.172, c 0.000.
+    """
+    from matplotlib.figure import Figure
+
+    seen: dict[str, list[str]] = {}
+
+    def record(fig: Figure, *_: object, **__: object) -> None:
+        ax = fig.axes[0]
+        legend = ax.get_legend()
+        assert legend is not None
+        seen["legend"] = [t.get_text() for t in legend.get_texts()]
+        seen["axes"] = [t.get_text().split("\n")[0] for t in ax.texts]
+
+    monkeypatch.setattr(Figure, "savefig", record)
+    profiles = tmp_path / "p.json"
+    profiles.write_text(json.dumps({"nodes": GPU_LESS}))
+    argv = ["plan", "--profiles", str(profiles), "--total-samples", "100"]
+    png = str(tmp_path / "r.png")
+    assert main([*argv, "--compute-share", "0.4", *options, "--plot", png, "--json"]) == 0
+    ratios = {n["id"]: n["match_ratio"] for n in json.loads(capsys.readouterr().out)["nodes"]}
+    assert seen["legend"] == [f"{i}  m={m:.3f}" for i, m in ratios.items()]
+    dropped = options == ["--drop-empty-axes"]
+    assert seen["axes"] == (
+        ["cpu", "memory", "disk"] if dropped else ["cpu", "gpu", "memory", "disk"]
+    )
