@@ -246,15 +246,17 @@ class SimSettings:
                 value = int(value)  # a TOML float such as 3.0
             return validate.integer(f"run config {key!r}", value, low=0, high=high)
 
-        def real(key: str) -> float:
-            return validate.number(f"run config {key!r}", cfg[key], finite=False)
+        def real(key: str, low: float | None = None) -> float:
+            return validate.number(f"run config {key!r}", cfg[key], low=low, finite=False)
 
         rounds, threshold, clients = (
             integer(NUM_SERVER_ROUNDS, MAX_ROUNDS),  # under its key, not the field 'rounds'
             integer(THRESHOLD),
             integer(CLIENTS),
         )
-        hetero, budget = real(HETEROGENEITY), real(SLICE_BUDGET)
+        # 0 = the scenario's; a negative ratio is a mistake, not "the scenario's" (found by a
+        # new-user probe: heterogeneity = -5.0 ran the scenario's 30x without a word)
+        hetero, budget = real(HETEROGENEITY, low=0.0), real(SLICE_BUDGET)
         strategy = text(STRATEGY)
         if strategy == "all" or strategy not in STRATEGIES:
             raise ConfigError(

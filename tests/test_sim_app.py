@@ -38,6 +38,7 @@ def _one_thread() -> None:
         ({"seed": 1.5}, "'seed' must be an integer >= 0"),
         ({"decay": "linear"}, "decay must be one of"),
         ({"decay-a": 0.0}, "decay parameter a must be > 0, got 0.0"),
+        ({"heterogeneity": -5.0}, r"'heterogeneity' must be >= 0, got -5.0"),  # not 0's default
     ],
 )
 def test_bad_run_config_is_rejected_before_anything_runs(
