@@ -8,9 +8,11 @@ stdout holds only the report's JSON (the contract of :mod:`flower_edge.profiling
 With ``--cache FOLDER`` the report is also stored as ``FOLDER/profile-<mode>.json``, where a
 flower-edge ClientApp whose node config sets ``profile-cache`` to that folder reuses it
 (:mod:`flower_edge.profiling.store`). Exit codes follow :mod:`flower_edge.cli`: 2 for an empty,
-missing or unwritable ``--disk-dir``, an empty ``--cache`` or one that cannot be written, or a
-``--repeats`` out of range; 130 when interrupted (Ctrl-C or SIGTERM); the temporary folder of
-the disk workloads is removed in every case.
+missing or unwritable ``--disk-dir``, an empty ``--cache`` or one that cannot be written (a
+folder in the place of its ``profile-<mode>.json`` is refused before profiling; a report that
+cannot be stored after profiling is still printed), or a ``--repeats`` out of range; 130
+when interrupted (Ctrl-C or SIGTERM); the temporary folder of the disk workloads is removed
+in every case.
 """
 
 from __future__ import annotations
@@ -178,27 +180,52 @@ def format_report(report: ProfileReport) -> str:
     return "\n".join(lines)
 
 
+def _check_cache_file(cache: Path, text: str, mode: Mode) -> None:
+    """Refuse, before profiling, a ``--cache`` folder whose report name is not a file.
+
+    Found by a new-user probe: a folder named ``profile-quick.json`` inside ``--cache`` was
+    found only after the profile had run, and the report was lost (nothing on stdout).
+    """
+    from flower_edge.profiling.store import report_path
+
+    path = report_path(cache, mode)
+    if path.exists() and not path.is_file():
+        raise InputError(
+            f"--cache {text!r}: {path.name} exists and is not a file (the report is stored "
+            "under that name); remove it or choose another --cache"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run the profile and print it; return the exit code."""
+    """Run the profile and print it; return the exit code.
+
+    The report goes to stdout before it is stored in ``--cache``, so that a failure to store
+    it (a full disk) loses nothing.
+    """
     repeats = _repeats(args.repeats)
     disk_dir = _disk_dir(args.disk_dir)
     cache = _cache_dir(args.cache)
+    mode: Mode = "quick" if args.quick else "full"
+    if cache is not None:
+        _check_cache_file(cache, args.cache, mode)
     from flower_edge.profiling.probe import HostProbe
 
     probe = HostProbe(disk_dir=disk_dir, repeats=repeats, progress=_progress(sys.stderr))
-    mode: Mode = "quick" if args.quick else "full"
     with sigterm_as_interrupt():  # main() holds one too; this one also serves run() alone
         report = probe.profile(mode)
+    if args.json:
+        sys.stdout.write(report.to_json() + "\n")
+    else:
+        sys.stdout.write(format_report(report) + "\n")
+    sys.stdout.flush()
     if cache is not None:
         from flower_edge.profiling.store import write_report
 
         try:
             path = write_report(cache, report)
         except OSError as exc:
-            raise InputError(f"--cache {args.cache!r}: cannot store the report ({exc})") from None
+            raise InputError(
+                f"--cache {args.cache!r}: cannot store the report ({exc}); it is on stdout only"
+            ) from None
         sys.stderr.write(f"stored {path}\n")
-    if args.json:
-        sys.stdout.write(report.to_json() + "\n")
-    else:
-        sys.stdout.write(format_report(report) + "\n")
     return 0

@@ -220,3 +220,43 @@ def test_cli_cache_that_cannot_be_written_exits_2(
     _, err = capsys.readouterr()
     assert code == 2
     assert f"--cache {str(tmp_path / 'file')!r} is not a writable folder" in err
+
+
+def test_cli_cache_holding_a_folder_of_the_reports_name_fails_before_profiling(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a new-user probe: the folder was found after the profile, which was lost."""
+    (tmp_path / "profile-quick.json").mkdir()
+
+    def never(*_: object, **__: object) -> None:
+        raise AssertionError("profiled before the --cache check")
+
+    monkeypatch.setattr(HostProbe, "profile", never)
+    code = main(["profile", "--quick", "--cache", str(tmp_path)])
+    _, err = capsys.readouterr()
+    assert code == 2
+    assert "--cache" in err
+    assert "profile-quick.json exists and is not a file" in err
+
+
+def test_cli_cache_that_fails_after_profiling_keeps_the_report_on_stdout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import flower_edge.profiling.store as store
+
+    monkeypatch.setattr(HostProbe, "profile", lambda self, mode: _report(mode, 100.0))
+    real_replace = os.replace
+
+    def full_disk(src: str, dst: str) -> None:
+        if str(dst).endswith("profile-quick.json"):
+            raise OSError(28, "No space left on device")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(store.os, "replace", full_disk)
+    code = main(["profile", "--quick", "--json", "--cache", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert json.loads(out)["mode"] == "quick"  # the report was printed all the same
+    assert "No space left on device" in err
+    assert "on stdout only" in err
+    assert list(tmp_path.iterdir()) == []  # no temporary file left behind

@@ -38,15 +38,25 @@ def write_report(folder: str | Path, report: ProfileReport) -> Path:
     Raises
     ------
     OSError
-        When the folder cannot be created or written.
+        When the folder cannot be created or written, or the report's name is taken by a
+        folder; the temporary file is removed (it was left behind: found by a new-user probe).
     """
     path = report_path(folder, report.mode)
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(
         "w", dir=path.parent, suffix=".json", delete=False, encoding="utf-8"
     ) as tmp:
-        tmp.write(report.to_json() + "\n")
-    os.replace(tmp.name, path)
+        try:
+            tmp.write(report.to_json() + "\n")
+        except BaseException:
+            tmp.close()
+            Path(tmp.name).unlink(missing_ok=True)
+            raise
+    try:
+        os.replace(tmp.name, path)
+    except BaseException:
+        Path(tmp.name).unlink(missing_ok=True)
+        raise
     return path
 
 
