@@ -264,6 +264,12 @@ def read_profiles(data: Any) -> tuple[list[str], list[list[float]], list[int | N
         Not a ``{"nodes": [...]}`` object or a list, an empty node list, a missing or
         duplicate id, or a bad resource value or capacity; the message names the entry.
     """
+    if isinstance(data, Mapping) and "nodes" not in data and "resources" in data:
+        # one `profile --json` report (or a --cache file) given as is: say how to list it
+        raise InputError(
+            "profiles is a single `flower-edge profile --json` report; plan needs a list of "
+            'them, each with an "id": [{"id": "node-1", "resources": ..., ...}, ...]'
+        )
     if isinstance(data, Mapping) and set(data) - {"nodes"}:
         raise InputError(
             f"profiles has unknown top-level keys {sorted(map(str, set(data) - {'nodes'}))}; "

@@ -298,6 +298,11 @@ BAD_PLANS: list[tuple[Any, list[str], str]] = [
     ),
     ({"nodes": [{"id": "x", "resources": {"tpu": 1}}]}, [], "unknown keys ['tpu']"),
     ({"nodes": NODES, "node": []}, [], "unknown top-level keys ['node']"),
+    (  # one `profile --json` report (a --cache file) as is: say to list it with an id
+        {"host": {}, "mode": "quick", "elapsed_seconds": 1.0, "resources": {"cpu": {}}},
+        [],
+        "profiles is a single `flower-edge profile --json` report; plan needs a list",
+    ),
     ({"nodes": [{"resources": {"cpu": 1}}]}, [], "nodes[0].id must be a non-empty string"),
     ({"nodes": [{"id": "x", "resources": {"cpu": 1}, "capacity": -3}]}, [], "capacity must be"),
     ({"nodes": [{"id": "x", "resources": {"cpu": 0}}]}, [], "no node scores above zero"),
