@@ -21,7 +21,8 @@ key                      meaning (default)
 ``clients``              number of clients; 0 = the scenario's (0)
 ``heterogeneity``        fastest / slowest compute; 0 = the scenario's (0)
 ``shares``               ``match`` (radar match ratio + rebalancing) | ``uniform`` (``match``)
-``slice-budget``         virtual seconds per train message; < 0 = the scenario's (-1)
+``slice-budget``         virtual seconds per train message; 0 = no slices; < 0 = the
+                         scenario's (-1)
 =======================  =====================================================================
 """
 
