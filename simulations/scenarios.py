@@ -278,7 +278,7 @@ class Scenario:
 SCENARIOS: dict[str, Scenario] = {
     "digits-20": Scenario(
         name="digits-20",
-        description="8x8 digits, MLP, 20 clients, IID, 30x compute spread",
+        description="8x8 digits, MLP, 20 clients, IID, 30x compute spread, 20% flaky",
         dataset="digits",
         model="mlp",
         num_clients=20,
@@ -302,7 +302,7 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     "mnist1d-100": Scenario(
         name="mnist1d-100",
-        description="MNIST-1D, 1-D CNN, 100 clients, Dirichlet 0.5, 100x compute spread",
+        description="MNIST-1D, 1-D CNN, 100 clients, Dirichlet 0.5, 100x compute spread, 30% flaky",
         dataset="mnist1d",
         model="cnn1d",
         num_clients=100,

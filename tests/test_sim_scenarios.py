@@ -92,3 +92,12 @@ def test_two_clients_train_digits_as_twenty_do() -> None:
     assert r.final_accuracy >= 0.9
     assert min(h.accuracy for h in r.history[3:]) >= 0.85  # no collapse along the way
     assert "resized from 20 to 2 clients: local learning rate 0.01 (was 0.1)" in summary_table([r])
+
+
+def test_every_scenario_description_names_its_spread_and_flaky_share() -> None:
+    """``simulate --list`` named the flaky devices of mnist1d-200-skew only (new-user probe)."""
+    from simulations.scenarios import SCENARIOS
+
+    for sc in SCENARIOS.values():
+        assert f"{sc.heterogeneity:g}x compute spread" in sc.description, sc.name
+        assert f"{sc.flaky_fraction:.0%} flaky" in sc.description, sc.name
