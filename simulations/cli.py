@@ -14,10 +14,11 @@ JSON contract of :mod:`simulations.report` goes to stdout (a list for ``--strate
 engine's own output is sent to stderr), and files are written only when ``--out`` is given.
 Progress goes to stderr. Every option is validated before the engine starts (exit code 2),
 under its option name; an explicit ``--ray-address HOST:PORT`` must accept a TCP connection
-within :data:`RAY_CONNECT_TIMEOUT` seconds (:func:`check_ray_address`). A one-line note on
-stderr says when ``--clients`` lowers the scenario's K, and when ``--cpus``, ``--ray-address``
-or ``--threshold`` is ignored (``--engine inprocess``, ``--cpus`` with ``--ray-address``,
-``--threshold`` with ``--strategy fedavg`` or ``fedasync``, which take no K).
+and answer gRPC within :data:`RAY_CONNECT_TIMEOUT` seconds (:func:`check_ray_address`).
+A one-line note on stderr says when ``--clients`` lowers the scenario's K, and when
+``--cpus``, ``--ray-address`` or ``--threshold`` is ignored (``--engine inprocess``,
+``--cpus`` with ``--ray-address``, ``--threshold`` with ``--strategy fedavg`` or
+``fedasync``, which take no K).
 """
 
 from __future__ import annotations
@@ -278,7 +279,8 @@ def check_ray_address(address: str, timeout: float = RAY_CONNECT_TIMEOUT) -> Non
     option. The forms are ``auto`` (a cluster started by ``ray start`` must be found: the
     ``RAY_ADDRESS`` variable or Ray's record of its latest cluster, then its address is
     checked like ``HOST:PORT``), ``local``, ``HOST:PORT`` and ``ray://HOST:PORT`` (Ray
-    Client); the last two must accept a TCP connection.
+    Client); the last two must accept a TCP connection and answer an HTTP/2 preface as a
+    gRPC server does (TCP alone under ``RAY_USE_TLS``).
 
     Parameters
     ----------
@@ -291,7 +293,7 @@ def check_ray_address(address: str, timeout: float = RAY_CONNECT_TIMEOUT) -> Non
     ------
     InputError
         Naming ``--ray-address``: empty, another form, a port outside 1-65535, no cluster
-        found for ``auto``, or no connection.
+        found for ``auto``, no connection, or no gRPC reply.
     """
     text = address.strip()
     if not text:
@@ -344,21 +346,50 @@ def _check_connection(
     """Raise InputError naming ``--ray-address`` if ``host:port`` accepts no TCP connection."""
     import socket
 
+    start = (
+        f"ray start --head --ray-client-server-port {port}"
+        if client
+        else f"ray start --head --port {port}"
+    )
+    what = "Ray Client server" if client else "Ray head"
     try:
-        with socket.create_connection((host, port), timeout=timeout):
-            pass
+        with socket.create_connection((host, port), timeout=timeout) as conn:
+            if _speaks_grpc(conn):
+                return
     except OSError as exc:
         reason = "timed out" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
-        start = (
-            f"ray start --head --ray-client-server-port {port}"
-            if client
-            else f"ray start --head --port {port}"
-        )
-        what = "Ray Client server" if client else "Ray head"
         raise InputError(
             f"--ray-address {address!r}: no {what} answers at {host}:{port} within "
             f"{timeout:g} s ({reason}); start one there ({start}) or use --ray-address auto"
         ) from None
+    # found by a new-user probe: a port of another service (Ray's dashboard, 8265) passed the
+    # TCP check, then Ray retried "Failed to connect to GCS" for 5 minutes, deaf to Ctrl-C
+    hint = (
+        "the --ray-client-server-port of `ray start --head`, 10001 by default"
+        if client
+        else "the --port of `ray start --head`, 6379 by default; not the dashboard's 8265"
+    )
+    raise InputError(
+        f"--ray-address {address!r}: {host}:{port} accepts connections but gives no gRPC reply "
+        f"within {timeout:g} s, so it is no {what} (its port is {hint})"
+    )
+
+
+#: an HTTP/2 client preface and an empty SETTINGS frame: a gRPC server (Ray's GCS, the Ray
+#: Client server) answers with a SETTINGS frame of its own
+_HTTP2_HELLO: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+
+
+def _speaks_grpc(conn: Any) -> bool:
+    """Whether ``conn``'s server answers HTTP/2 (``True`` unasked under ``RAY_USE_TLS``)."""
+    if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+        return True
+    try:
+        conn.sendall(_HTTP2_HELLO)
+        head = conn.recv(9)
+    except OSError:
+        return False
+    return len(head) >= 4 and head[3] == 4  # frame type 4: SETTINGS
 
 
 def _folder(text: str) -> Path:

@@ -208,10 +208,54 @@ def closed_port() -> int:
 
 @pytest.fixture
 def listening_port() -> Iterator[int]:
+    """A local gRPC server's port (Ray's GCS and Ray Client server speak gRPC)."""
+    from concurrent import futures
+
+    import grpc
+
+    server = grpc.server(futures.ThreadPoolExecutor(1))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield port
+    finally:
+        server.stop(None)
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A local port that accepts connections and never answers (not gRPC)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         s.listen(1)
         yield s.getsockname()[1]
+
+
+@pytest.mark.parametrize("form", ["127.0.0.1:{}", "ray://127.0.0.1:{}"])
+def test_check_ray_address_wants_grpc_not_just_tcp(
+    form: str, silent_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a new-user probe: a port that accepts TCP but is no Ray head (the dashboard's)
+    passed the check; Ray then retried "Failed to connect to GCS" for 5 minutes."""
+    import http.server
+    import threading
+
+    from flower_edge.errors import InputError
+    from simulations.cli import check_ray_address
+
+    monkeypatch.delenv("RAY_USE_TLS", raising=False)
+    with pytest.raises(InputError, match=r"accepts connections but gives no gRPC reply"):
+        check_ray_address(form.format(silent_port), timeout=0.5)
+    web = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    try:  # an HTTP/1.1 server (such as Ray's dashboard) answers, but not with HTTP/2
+        with pytest.raises(InputError, match=r"no gRPC reply .*not the dashboard's 8265"):
+            check_ray_address(f"127.0.0.1:{web.server_address[1]}", timeout=2.0)
+    finally:
+        web.shutdown()
+        web.server_close()
+    monkeypatch.setenv("RAY_USE_TLS", "1")  # a TLS head takes no plain preface: TCP only
+    check_ray_address(form.format(silent_port), timeout=0.5)
 
 
 def test_simulate_unreachable_ray_address(
