@@ -193,8 +193,8 @@ def run(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- plan inputs
 def _read_json(path_text: str, option: str) -> Any:
     path = Path(path_text)
-    try:
-        text = path.read_text(encoding="utf-8")
+    try:  # -sig: a byte-order mark (Windows editors write one) is not JSON's business
+        text = path.read_text(encoding="utf-8-sig")
     except OSError as exc:
         raise InputError(f"{option} {path_text!r}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:

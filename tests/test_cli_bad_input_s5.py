@@ -8,6 +8,7 @@ unreachable ``--ray-address``, and the smaller checks and notes of ``simulate`` 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -116,6 +117,24 @@ def test_plan_non_utf8_file(
     else:
         argv += ["--observations", str(bad)]
     fails(argv, capsys, option, str(bad), "not UTF-8")
+
+
+@pytest.mark.parametrize("option", ["--profiles", "--observations"])
+def test_plan_reads_utf8_with_a_byte_order_mark(
+    option: str, profiles: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file saved by a Windows editor starts with a BOM: it was 'not valid JSON'."""
+    argv = plan_argv(profiles, "--json")
+    if option == "--profiles":
+        source = Path(profiles)
+        argv[argv.index(profiles)] = str(tmp_path / "bom.json")
+    else:
+        source = tmp_path / "o.json"
+        source.write_text("{}", encoding="utf-8")
+        argv += ["--observations", str(tmp_path / "bom.json")]
+    (tmp_path / "bom.json").write_bytes(b"\xef\xbb\xbf" + source.read_bytes())
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["nodes"]
 
 
 def test_plan_negative_max_rows(profiles: str, capsys: pytest.CaptureFixture[str]) -> None:
