@@ -53,3 +53,31 @@ def test_patience_zero_turns_the_plateau_stop_off(server_app: Any) -> None:
     assert strategy.stop.patience is None
     assert strategy.stop.window_passes is None
     assert strategy.stop.patience_passes is None
+
+
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [
+        ({"resume": "false"}, "run config 'resume' must be a boolean"),  # a string was true
+        ({"profile": "false"}, "run config 'profile' must be a boolean"),
+        ({"threshold": 2.5}, "run config 'threshold' must be an integer"),  # ran K = 2
+        ({"min-nodes": 2.7}, "run config 'min-nodes' must be an integer"),
+        ({"patience": -3}, "run config 'patience' must be an integer >= 0"),  # stop went off
+        ({"deadline": float("nan")}, "run config 'deadline' must be a number, got nan"),
+        ({"checkpoint-dir": 5}, "run config 'checkpoint-dir' must be a string"),
+    ],
+)
+def test_a_run_config_value_of_the_wrong_type_is_named_not_coerced(
+    server_app: Any, override: dict[str, Any], needle: str
+) -> None:
+    """Found by a new-user probe: bool("false"), int(2.5) and nan > 0 read these silently."""
+    from flower_edge.errors import ConfigError
+
+    with pytest.raises(ConfigError) as error:
+        server_app.build_strategy(_context(**override))
+    assert str(error.value).startswith(needle), error.value
+
+
+def test_a_toml_float_that_is_an_integer_is_accepted(server_app: Any) -> None:
+    strategy = server_app.build_strategy(_context(threshold=3.0, **{"min-nodes": 4.0}))
+    assert (strategy.threshold, strategy.loop.min_nodes) == (3, 4)

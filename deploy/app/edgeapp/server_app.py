@@ -32,6 +32,7 @@ from torch import nn
 
 from clients.data import load_centralized_test, load_server_validation
 from clients.task import evaluate_model
+from flower_edge import validate
 from flower_edge.errors import ConfigError
 from flower_edge.models import MLP
 from strategies import EdgeStrategy, LoopConfig, ShareConfig, ValuationConfig
@@ -56,25 +57,45 @@ RESULT_TAG = "FLOWER-EDGE-RESULT"
 
 
 def _number(context: Context, key: str) -> float:
+    """Return run-config ``key`` as a number (not NaN: ``deadline = nan`` meant no deadline)."""
+    return validate.number(f"run config {key!r}", context.run_config[key], finite=False)
+
+
+def _integer(context: Context, key: str) -> int:
+    """Return run-config ``key`` as an integer >= 0 (a TOML ``3.0`` is 3; ``2.5`` an error).
+
+    Found by a new-user probe: ``threshold = 2.5`` ran K = 2 and ``patience = -3`` turned the
+    stop off, without a word.
+    """
     value = context.run_config[key]
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"run config {key!r} must be a number, got {value!r}")
-    return float(value)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return validate.integer(f"run config {key!r}", value, low=0)
+
+
+def _flag(context: Context, key: str) -> bool:
+    """Return run-config ``key`` as a boolean (``"false"``, a string, was true)."""
+    return validate.boolean(f"run config {key!r}", context.run_config[key])
+
+
+def _text(context: Context, key: str, default: str | None = None) -> str:
+    value = context.run_config.get(key, default)
+    return validate.text(f"run config {key!r}", value, allow_empty=True)
 
 
 def build_strategy(context: Context) -> EdgeStrategy:
     """Return the EdgeStrategy described by the run config."""
     cfg = context.run_config
     deadline = _number(context, "deadline")
-    min_nodes = int(_number(context, "min-nodes"))
-    checkpoint = str(cfg["checkpoint-dir"])
+    min_nodes = _integer(context, "min-nodes")
+    checkpoint = _text(context, "checkpoint-dir")
     budget = _number(context, "slice-budget")
     slices = {"slice_budget": budget} if budget >= 0 else {}  # else the library's default
-    patience = int(_number(context, "patience"))
+    patience = _integer(context, "patience")
     target = _number(context, "target-accuracy")
     fixed = _number(context, "theta") if "theta" in cfg else -1.0
     theta = fixed if fixed >= 0 else None  # < 0: derived from the live scores
-    preset = str(cfg.get("preset", "edge"))
+    preset = _text(context, "preset", "edge")
     if preset not in PRESETS:
         raise ConfigError(
             f"run config 'preset' must be one of {', '.join(PRESETS)}, got {preset!r}"
@@ -91,8 +112,8 @@ def build_strategy(context: Context) -> EdgeStrategy:
     return EdgeStrategy.preset(
         "edge" if preset == "edge" else "edge-seed",
         **steering,  # type: ignore[arg-type]
-        threshold=int(_number(context, "threshold")),
-        decay=str(cfg["decay"]),
+        threshold=_integer(context, "threshold"),
+        decay=_text(context, "decay"),
         decay_a=_number(context, "decay-a"),
         loop=LoopConfig(
             deadline=deadline if deadline > 0 else None,
@@ -102,7 +123,7 @@ def build_strategy(context: Context) -> EdgeStrategy:
             poll_interval=0.2,
         ),
         shares=ShareConfig(
-            profile=bool(cfg["profile"]),
+            profile=_flag(context, "profile"),
             max_share_fraction=_number(context, "max-share-fraction"),
             compute_share="auto",  # the operator analysis of the served model, once
             model=MLP,
@@ -117,18 +138,18 @@ def build_strategy(context: Context) -> EdgeStrategy:
         ),
         abandon=AbandonConfig(alpha=_number(context, "alpha"), theta=theta),
         checkpoint_dir=checkpoint or None,
-        resume=bool(cfg["resume"]),
+        resume=_flag(context, "resume"),
     )
 
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Run EdgeStrategy for ``num-server-rounds`` aggregations and log the figures."""
-    torch.manual_seed(int(_number(context, "seed")))
+    torch.manual_seed(_integer(context, "seed"))
     strategy = build_strategy(context)
     model = MLP(in_features=64)
     test = load_centralized_test("digits")
-    seed = int(_number(context, "seed"))
+    seed = _integer(context, "seed")
     validation = load_server_validation("digits", size=VALIDATION_SAMPLES, seed=seed)
     loss_fn = nn.CrossEntropyLoss()
 
@@ -148,7 +169,7 @@ def main(grid: Grid, context: Context) -> None:
     result = strategy.start(
         grid,
         ArrayRecord(model.state_dict()),
-        num_rounds=int(_number(context, "num-server-rounds")),
+        num_rounds=_integer(context, "num-server-rounds"),
         timeout=_number(context, "timeout"),
         evaluate_fn=evaluate,
     )
