@@ -160,7 +160,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     plan.add_argument(
         "--seconds-per-sample",
         metavar="K0",
-        default="1.0",
+        default=None,
         help="prior per-sample time of a node with match ratio 1, when no node has "
         "observations (default: 1, relative times)",
     )
@@ -333,7 +333,7 @@ def _time_models(
     ids: Sequence[str],
     ratios: NDArray[np.float64],
     observations: Mapping[str, Sequence[tuple[float, float]]],
-    k0: float,
+    k0: float | None,
     notes: list[str] | None = None,
     limits: Sequence[int] | None = None,
 ) -> tuple[list[TimeModel], list[bool]]:
@@ -356,8 +356,6 @@ def _time_models(
         Naming ``--seconds-per-sample``: ``K0`` (no node observed) so large that even a node
         of match ratio 1 overflows a float on the ``F`` samples.
     """
-    import numpy as np
-
     from flower_edge.allocation import TimeModel, fit_time_model
 
     fitted: dict[int, TimeModel] = {}
@@ -374,11 +372,7 @@ def _time_models(
                     "the match-ratio prior"
                 )
     usable = [d for d in fitted if ratios[d] > 0]
-    if usable:
-        k0 = float(np.median([fitted[d].k * ratios[d] for d in usable]))
-        b0 = float(np.median([fitted[d].b for d in usable]))
-    else:
-        b0 = 0.0
+    k0, b0 = _prior(fitted, ratios, usable, k0, notes)
     most = [0] * len(ids) if limits is None else list(limits)
     if not usable and k0 > _MAX_PRIOR_SECONDS / (max(most, default=0) + 1):
         raise InputError(
@@ -411,6 +405,31 @@ def _time_models(
             models.append(TimeModel(k0, b0))
             active.append(False)
     return models, active
+
+
+def _prior(
+    fitted: Mapping[int, TimeModel],
+    ratios: NDArray[np.float64],
+    usable: Sequence[int],
+    given: float | None,
+    notes: list[str] | None,
+) -> tuple[float, float]:
+    """Return the prior's ``(K0, b0)``: the observed nodes' medians, else ``(given or 1, 0)``.
+
+    A ``--seconds-per-sample`` given while observations set the prior gets a note (it was
+    ignored without a word: found by a new-user probe).
+    """
+    import numpy as np
+
+    if not usable:
+        return (1.0 if given is None else given), 0.0
+    k0 = float(np.median([fitted[d].k * ratios[d] for d in usable]))
+    if given is not None and notes is not None:
+        notes.append(
+            f"--seconds-per-sample {given:g} is not used: the prior of the nodes without "
+            f"observations comes from the observed nodes (K0 = {k0:.3g})"
+        )
+    return k0, float(np.median([fitted[d].b for d in usable]))
 
 
 #: the largest predicted time of a prior's node, seconds: a quarter of the float range, so
@@ -448,7 +467,7 @@ def build_plan(
     observations: Mapping[str, Sequence[tuple[float, float]]] | None = None,
     method: str = "seed",
     order_invariant: bool = False,
-    seconds_per_sample: float = 1.0,
+    seconds_per_sample: float | None = None,
     drop_empty_axes: bool = False,
     max_share_fraction: float = 1.0,
     notes: list[str] | None = None,
@@ -456,7 +475,9 @@ def build_plan(
     """Compute the plan: scores, match ratios, initial shares and the rebalanced allocation.
 
     ``max_share_fraction`` caps every node at ``ceil(q * total)`` samples (with its own
-    capacity). ``notes`` (when given) receives one line per thing the plan worked around: a
+    capacity). ``seconds_per_sample`` is K0 (``None``: 1), used only where no node's
+    observations give a time model (a note says when a given K0 goes unused). ``notes``
+    (when given) receives one line per thing the plan worked around: a
     node's rating far above the others' (``SUSPECT_RATING``), observations that give
     no time model, a node with match ratio 0.
 
@@ -472,7 +493,12 @@ def build_plan(
 
     validate.integer("--total-samples", total, low=0, high=MAX_SAMPLES, error=InputError)
     validate.number(
-        "--seconds-per-sample", seconds_per_sample, low=0.0, low_inclusive=False, error=InputError
+        "--seconds-per-sample",
+        seconds_per_sample,
+        low=0.0,
+        low_inclusive=False,
+        allow_none=True,
+        error=InputError,
     )
     q = validate.number(
         "--max-share-fraction",
@@ -676,9 +702,12 @@ def run_plan(args: argparse.Namespace) -> int:
     # checked here, on the text as given (`abc` was reported as `got nan`; new-user probe)
     k0 = validate.number(
         "--seconds-per-sample",
-        validate.from_text(args.seconds_per_sample, float),
+        None
+        if args.seconds_per_sample is None
+        else validate.from_text(args.seconds_per_sample, float),
         low=0.0,
         low_inclusive=False,
+        allow_none=True,
         error=InputError,
     )
     fraction = validate.number(
@@ -750,7 +779,8 @@ def run_plan(args: argparse.Namespace) -> int:
     sys.stdout.write(format_plan(doc, other, max_rows) + "\n")
     if not observations:
         sys.stdout.write(
-            f"(no observations: times from the match-ratio prior, k = K0 / m with K0 = {k0:g})\n"
+            "(no observations: times from the match-ratio prior, k = K0 / m with K0 = "
+            f"{1.0 if k0 is None else k0:g})\n"
         )
     if plot_path is not None:
         sys.stdout.write(f"radar chart: {args.plot}\n")

@@ -214,6 +214,28 @@ def test_plan_notes_observations_that_give_no_time_model(
     assert "match-ratio prior" in note
 
 
+def test_plan_notes_a_seconds_per_sample_that_observations_override(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by a new-user probe: ``--seconds-per-sample 5`` beside observations that set the
+    prior was ignored without a word; where no observation gives a model it is the prior."""
+    profiles = write(tmp_path, "p.json", {"nodes": NODES})
+    obs = write(tmp_path, "o.json", {"laptop": [[50, 3.0], [100, 5.0]]})
+    argv = ["plan", "--profiles", profiles, "--total-samples", "3000", "--compute-share", "0.3"]
+    given = [*argv, "--seconds-per-sample", "5", "--json"]
+    with_obs = run_json([*given, "--observations", obs], capsys)
+    assert with_obs == run_json([*argv, "--json", "--observations", obs], capsys)
+    assert main([*given, "--observations", obs]) == 0
+    (note,) = [line for line in capsys.readouterr().err.splitlines() if ": note: " in line]
+    assert "--seconds-per-sample 5 is not used" in note
+    assert main(given) == 0  # no observations: K0 is the prior, and nothing to note
+    captured = capsys.readouterr()
+    assert ": note: " not in captured.err
+    assert json.loads(captured.out)["makespan"] == pytest.approx(
+        5 * run_json([*argv, "--json"], capsys)["makespan"]
+    )
+
+
 def test_plan_reads_profile_reports_and_model(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
