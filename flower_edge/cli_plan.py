@@ -192,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- plan inputs
 def _read_json(path_text: str, option: str) -> Any:
-    path = Path(path_text)
+    path = Path(path_text).expanduser()  # `--profiles=~/nodes.json`: the shell leaves ~ alone
     try:  # -sig: a byte-order mark (Windows editors write one) is not JSON's business
         text = path.read_text(encoding="utf-8-sig")
     except OSError as exc:

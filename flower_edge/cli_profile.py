@@ -109,7 +109,7 @@ def _disk_dir(text: str | None) -> Path | None:
     if text is None:
         return None
     _not_empty(text, "--disk-dir")
-    path = Path(text)
+    path = Path(text).expanduser()  # `--disk-dir=~/data`: the shell leaves that ~ alone
     if not path.exists():
         raise InputError(f"--disk-dir {text!r} does not exist")
     if not path.is_dir():

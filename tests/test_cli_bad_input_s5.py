@@ -433,3 +433,20 @@ def test_profile_empty_folder_name(
     option: str, value: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fails(["profile", "--quick", option, value], capsys, f"{option} must name a folder")
+
+
+def test_file_and_folder_options_expand_a_tilde(
+    profiles: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--profiles=~/nodes.json`` and ``--disk-dir=~/data``: the shell leaves a ``~`` after
+    ``=`` alone; they said 'No such file' and 'does not exist' (--cache, --out and --plot
+    expanded it)."""
+    from flower_edge import cli_profile
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert main(plan_argv("~/nodes.json", "--json")) == 0
+    assert json.loads(capsys.readouterr().out)["nodes"]
+    assert cli_profile._disk_dir("~") == tmp_path
