@@ -201,7 +201,7 @@ def load_model(spec: str, shape: tuple[int, ...], kwargs: Mapping[str, Any]) -> 
                 "name of a factory in it (e.g. mypkg.models:make_net)"
             )
         try:
-            module = importlib.import_module(module_name)
+            module = _import_user_module(module_name)
         except ImportError as exc:
             raise InputError(f"MODEL {spec!r}: cannot import {module_name!r}: {exc}") from None
         except Exception as exc:  # user code that fails as it is imported is bad input too
@@ -244,6 +244,27 @@ def load_model(spec: str, shape: tuple[int, ...], kwargs: Mapping[str, Any]) -> 
             f"MODEL {spec!r}: the factory returned {type(model).__name__}, not a torch.nn.Module"
         )
     return model
+
+
+def _import_user_module(name: str) -> Any:
+    """Import ``name``, also from the current folder, as ``python -m`` and Flower apps do.
+
+    The ``flower-edge`` script's ``sys.path`` starts at its own ``bin`` folder, so a model
+    file beside the user (``mymodel.py``, ``flower-edge analyze mymodel:make``) was "No module
+    named 'mymodel'" (found by a new-user probe). The current folder is tried after the
+    installed packages, so it shadows none of them.
+    """
+    import os
+    import sys
+
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        here = os.getcwd()
+        if exc.name != name.partition(".")[0] or here in sys.path or "" in sys.path:
+            raise
+        sys.path.append(here)
+        return importlib.import_module(name)
 
 
 def _example_input(

@@ -450,3 +450,23 @@ def test_file_and_folder_options_expand_a_tilde(
     assert main(plan_argv("~/nodes.json", "--json")) == 0
     assert json.loads(capsys.readouterr().out)["nodes"]
     assert cli_profile._disk_dir("~") == tmp_path
+
+
+def test_analyze_finds_a_model_file_in_the_current_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a new-user probe: ``flower-edge analyze mymodel:make`` beside ``mymodel.py``
+    said "No module named 'mymodel'": the script's ``sys.path`` starts at its ``bin`` folder."""
+    import sys
+
+    (tmp_path / "user_model_s14.py").write_text(
+        "from torch import nn\n\ndef make():\n    return nn.Sequential(nn.Linear(8, 2))\n",
+        encoding="utf-8",
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "user_model_s14", raising=False)
+    argv = ["analyze", "user_model_s14:make", "--input-shape", "4,8", "--json"]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["operators"]
+    fails(["analyze", "no_model_s14:make", "--input-shape", "4,8"], capsys, "No module named")
