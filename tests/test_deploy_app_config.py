@@ -81,3 +81,9 @@ def test_a_run_config_value_of_the_wrong_type_is_named_not_coerced(
 def test_a_toml_float_that_is_an_integer_is_accepted(server_app: Any) -> None:
     strategy = server_app.build_strategy(_context(threshold=3.0, **{"min-nodes": 4.0}))
     assert (strategy.threshold, strategy.loop.min_nodes) == (3, 4)
+
+
+def test_a_negative_deadline_is_the_librarys_auto_rule(server_app: Any) -> None:
+    assert server_app.build_strategy(_context()).loop.deadline == 60.0  # the app's default
+    assert server_app.build_strategy(_context(deadline=-1.0)).loop.deadline == "auto"
+    assert server_app.build_strategy(_context(deadline=0.0)).loop.deadline is None

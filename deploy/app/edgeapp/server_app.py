@@ -86,7 +86,7 @@ def _text(context: Context, key: str, default: str | None = None) -> str:
 def build_strategy(context: Context) -> EdgeStrategy:
     """Return the EdgeStrategy described by the run config."""
     cfg = context.run_config
-    deadline = _number(context, "deadline")
+    deadline = _number(context, "deadline")  # < 0: the library's "auto"; 0: none
     min_nodes = _integer(context, "min-nodes")
     checkpoint = _text(context, "checkpoint-dir")
     budget = _number(context, "slice-budget")
@@ -116,7 +116,7 @@ def build_strategy(context: Context) -> EdgeStrategy:
         decay=_text(context, "decay"),
         decay_a=_number(context, "decay-a"),
         loop=LoopConfig(
-            deadline=deadline if deadline > 0 else None,
+            deadline="auto" if deadline < 0 else deadline if deadline > 0 else None,
             **slices,
             min_nodes=min_nodes if min_nodes > 0 else None,
             registration_timeout=_number(context, "registration-timeout"),
