@@ -87,3 +87,10 @@ def test_a_negative_deadline_is_the_librarys_auto_rule(server_app: Any) -> None:
     assert server_app.build_strategy(_context()).loop.deadline == 60.0  # the app's default
     assert server_app.build_strategy(_context(deadline=-1.0)).loop.deadline == "auto"
     assert server_app.build_strategy(_context(deadline=0.0)).loop.deadline is None
+
+
+def test_resume_without_a_checkpoint_folder_names_the_run_config_keys(server_app: Any) -> None:
+    from flower_edge.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="'resume' = true needs 'checkpoint-dir'"):
+        server_app.build_strategy(_context(resume=True))

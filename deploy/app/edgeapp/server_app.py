@@ -89,6 +89,11 @@ def build_strategy(context: Context) -> EdgeStrategy:
     deadline = _number(context, "deadline")  # < 0: the library's "auto"; 0: none
     min_nodes = _integer(context, "min-nodes")
     checkpoint = _text(context, "checkpoint-dir")
+    if _flag(context, "resume") and not checkpoint:
+        raise ConfigError(
+            "run config 'resume' = true needs 'checkpoint-dir': the folder of the run to"
+            " continue (the same --run-config 'checkpoint-dir=\"...\"' as that run)"
+        )
     budget = _number(context, "slice-budget")
     slices = {"slice_budget": budget} if budget >= 0 else {}  # else the library's default
     patience = _integer(context, "patience")
