@@ -140,7 +140,7 @@ def build_strategy(settings: SimSettings, clock: Any) -> Strategy:
         zero_ratio="none" if settings.strategy == "edge-seed" else "equal",
     )
     if settings.strategy in EDGE_PRESETS:
-        return strategies.EdgeStrategy(
+        edge = strategies.EdgeStrategy(
             threshold=sc.threshold,
             decay=settings.decay,
             decay_a=settings.decay_a,
@@ -151,6 +151,8 @@ def build_strategy(settings: SimSettings, clock: Any) -> Strategy:
             checkpoint_dir=NO_CHECKPOINTS,
             **edge_options(settings),
         )
+        edge.name = settings.strategy  # the log says which preset ran
+        return edge
     # the baselines keep their own defaults: equal shares, no values
     if settings.strategy == "fedbuff":
         return strategies.FedBuff(

@@ -267,7 +267,9 @@ class EdgeStrategy(SemiAsyncStrategy):
             if getattr(shares, k) == getattr(default, k)
         }
         options["shares"] = dataclasses.replace(shares, **fields)
-        return cls(threshold, **PRESETS[name], **options)
+        strategy = cls(threshold, **PRESETS[name], **options)
+        strategy.name = name  # its log lines say which preset ran ("[edge-seed round 3]")
+        return strategy
 
     @staticmethod
     def validate_options(aggregate: object, server_lr: object) -> tuple[Aggregate, float]:

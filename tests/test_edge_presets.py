@@ -31,6 +31,14 @@ def test_seed_preset_is_the_seeds_rule() -> None:
     assert not s.shares.drop_empty_axes  # four radar axes
 
 
+def test_each_preset_names_itself_in_the_log() -> None:
+    """Found by a new-user probe: ``--strategy all`` logged the edge-seed run's warnings and
+    round lines as "edge: ...", so a reader could not tell the presets apart."""
+    assert EdgeStrategy.preset("edge-seed", threshold=3).name == "edge-seed"
+    assert EdgeStrategy.preset("edge", threshold=3).name == "edge"
+    assert EdgeStrategy(threshold=3).name == "edge"
+
+
 def test_a_users_share_settings_win_over_the_preset() -> None:
     s = EdgeStrategy.preset(
         "edge", threshold=3, shares=ShareConfig(max_epochs=2.0, rebalance="off")

@@ -279,3 +279,14 @@ def test_the_engine_picks_up_pushed_messages_sooner_and_is_restored() -> None:
     with pytest.raises(ConfigError, match="seconds"), quick_engine_poll(0.0):
         pass
     assert vce_api.add_messages_to_queue is original
+
+
+def test_the_simulated_presets_name_themselves_in_the_log() -> None:
+    """Found by a new-user probe: the edge-seed run of ``--strategy all`` logged as "edge"."""
+    from simulations.server import build_strategy
+    from simulations.settings import SimSettings
+    from strategies import VirtualClock
+
+    for name in ("edge", "edge-seed"):
+        settings = SimSettings.create("digits-20", name, rounds=2)
+        assert build_strategy(settings, VirtualClock()).name == name  # type: ignore[attr-defined]
