@@ -61,12 +61,14 @@ class ReplyEvent:
     """A reply pulled from the grid: parsed (``reply``) or rejected (``reason``).
 
     ``reply`` is an update or a slice report (:class:`TrainReply`), or a profile
-    (:class:`ProfileRecord`) when the message asked for one.
+    (:class:`ProfileRecord`) when the message asked for one. ``unavailable``: the reply is
+    Flower's node-unavailable error (:func:`~strategies.records.is_node_unavailable`).
     """
 
     sent: Sent
     reply: TrainReply | ProfileRecord | None
     reason: str | None
+    unavailable: bool = False
 
 
 @dataclass(frozen=True)

@@ -40,9 +40,12 @@ The app runs when the message is pushed; an exception in it becomes an error rep
 (``ErrorCode.CLIENT_APP_RAISED_EXCEPTION``), as in Flower's engines.
 
 Fault injection: :meth:`kill` (unregistered; its queued replies are lost, later pushes are
-refused), :meth:`silence` (stays registered, swallows messages), :meth:`restart` (comes back
-with an empty ``context.state``; queued replies are lost). :attr:`pushed` lists every message
-pushed, in order, and :attr:`contexts` each node's Context, for assertions.
+refused), :meth:`lapse` (a SIGKILLed SuperNode as the SuperLink sees it once its heartbeat
+lapsed: unregistered, and its messages, queued or new, are answered with Flower's
+node-unavailable error), :meth:`silence` (stays registered, swallows messages),
+:meth:`restart` (comes back with an empty ``context.state``; queued replies are lost).
+:attr:`pushed` lists every message pushed, in order, and :attr:`contexts` each node's
+Context, for assertions.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ from dataclasses import dataclass
 from flwr.app import Context, Error, Message, RecordDict
 from flwr.app.message.message import make_message
 from flwr.app.user_config import UserConfig, UserConfigValue
-from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
+from flwr.common.constant import HEARTBEAT_PATIENCE, SUPERLINK_NODE_ID, ErrorCode
 from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
@@ -63,7 +66,7 @@ from flower_edge import validate, wire
 from flower_edge.errors import ConfigError
 from strategies.clock import Clock
 
-__all__ = ["AppFn", "InProcessGrid", "LatencyFn", "OrderFn"]
+__all__ = ["NODE_UNAVAILABLE_REASON", "AppFn", "InProcessGrid", "LatencyFn", "OrderFn"]
 
 AppFn = Callable[[Message, Context], Message]
 LatencyFn = Callable[[int, Message], float]
@@ -102,11 +105,27 @@ def _check_arguments(
     validate.boolean("isolate", isolate)
 
 
+#: the reason of the SuperLink's error reply for a node whose heartbeat lapsed (Flower's own)
+NODE_UNAVAILABLE_REASON = (
+    "Error: Node Unavailable — The destination node failed to report a heartbeat "
+    f"within {HEARTBEAT_PATIENCE} × its expected interval."
+)
+
+
 @dataclass
 class _Queued:
     ready_at: float
     seq: int
     reply: Message
+    node_id: int
+
+
+def _unavailable(msg: Message) -> Message:
+    """Return the SuperLink's node-unavailable error reply to ``msg`` (from node 1)."""
+    reply = Message(Error(ErrorCode.NODE_UNAVAILABLE, NODE_UNAVAILABLE_REASON), reply_to=msg)
+    reply.metadata.__dict__["_src_node_id"] = SUPERLINK_NODE_ID
+    reply.metadata.__dict__["_message_id"] = f"re-{msg.metadata.message_id}"
+    return reply
 
 
 class InProcessGrid(Grid):
@@ -154,6 +173,7 @@ class InProcessGrid(Grid):
         self.contexts: dict[int, Context] = {n: self._new_context(n) for n in self._node_ids}
         self._alive = set(self._node_ids)
         self._silent: set[int] = set()
+        self._lapsed: set[int] = set()
         self._free_at: dict[int, float] = dict.fromkeys(self._node_ids, 0.0)
         self._replies: dict[str, _Queued] = {}  # instruction message id -> queued reply
         self._seq = 0
@@ -189,26 +209,31 @@ class InProcessGrid(Grid):
         """Deliver messages; run each node's app; return the ids of the accepted messages.
 
         A message to an unknown or killed node is refused (no id returned), as the SuperLink
-        refuses messages to unregistered nodes.
+        refuses messages to unregistered nodes. A message to a lapsed node (:meth:`lapse`) is
+        accepted and answered at once with Flower's node-unavailable error, as the SuperLink
+        accepts messages to an offline node.
         """
         ids: list[str] = []
         for msg in messages:
             node = msg.metadata.dst_node_id
-            if node not in self._alive:
+            if node not in self._alive and node not in self._lapsed:
                 continue
             self._seq += 1
             msg_id = f"in-{self._seq:09d}"
             msg.metadata.__dict__["_message_id"] = msg_id
             self.pushed.append(msg)
             ids.append(msg_id)
+            now = 0.0 if self._clock is None else self._clock.real_now()
+            if node in self._lapsed:
+                self._replies[msg_id] = _Queued(now, self._seq, _unavailable(msg), node)
+                continue
             if node in self._silent:
                 continue
             reply = self._execute(node, msg)
-            now = 0.0 if self._clock is None else self._clock.real_now()
             start = max(now, self._free_at[node])
             ready = start + (0.0 if self._latency is None else self._latency(node, msg))
             self._free_at[node] = ready
-            self._replies[msg_id] = _Queued(ready, self._seq, reply)
+            self._replies[msg_id] = _Queued(ready, self._seq, reply, node)
         return ids
 
     def pull_messages(self, message_ids: Iterable[str]) -> list[Message]:
@@ -264,7 +289,26 @@ class InProcessGrid(Grid):
         """Unregister ``node_id``: its queued replies are lost and new messages refused."""
         self._check_node(node_id)
         self._alive.discard(node_id)
+        self._lapsed.discard(node_id)
         self._drop_queued(node_id)
+
+    def lapse(self, node_id: int) -> None:
+        """Turn ``node_id`` into a killed SuperNode as the SuperLink sees it, heartbeat lapsed.
+
+        It leaves :meth:`get_node_ids`; each reply still queued for it, and each later message
+        to it (accepted, as the SuperLink accepts messages to an offline node), is answered
+        at once with Flower's node-unavailable error (``ErrorCode.NODE_UNAVAILABLE``, from the
+        SuperLink's node id). :meth:`restart` brings it back.
+        """
+        self._check_node(node_id)
+        self._alive.discard(node_id)
+        self._lapsed.add(node_id)
+        now = 0.0 if self._clock is None else self._clock.real_now()
+        for msg_id, queued in self._replies.items():
+            if queued.node_id == node_id:
+                instruction = next(m for m in self.pushed if m.metadata.message_id == msg_id)
+                queued.reply = _unavailable(instruction)
+                queued.ready_at = min(queued.ready_at, now)
 
     def silence(self, node_id: int, silent: bool = True) -> None:
         """Keep ``node_id`` registered but swallow (``silent=True``) or serve its messages."""
@@ -279,6 +323,7 @@ class InProcessGrid(Grid):
         self._check_node(node_id)
         self._drop_queued(node_id)
         self._alive.add(node_id)
+        self._lapsed.discard(node_id)
         self._silent.discard(node_id)
         self.contexts[node_id] = self._new_context(node_id)
 
@@ -292,9 +337,7 @@ class InProcessGrid(Grid):
             raise ConfigError(f"node_id {node_id} is not one of this grid's nodes")
 
     def _drop_queued(self, node_id: int) -> None:
-        for msg_id in [
-            m for m, q in self._replies.items() if q.reply.metadata.src_node_id == node_id
-        ]:
+        for msg_id in [m for m, q in self._replies.items() if q.node_id == node_id]:
             del self._replies[msg_id]
 
     def _new_context(self, node_id: int) -> Context:

@@ -7,6 +7,10 @@ Functions over a :class:`~strategies.loop.EventLoop`:
 - :func:`on_deadline`: a node whose message is still open at its soft deadline is marked
   late (dropped from the round, never waited on); under a wall clock, a node no longer
   registered then is forgotten there and then;
+- :func:`unavailable`: a reply that is Flower's node-unavailable error forgets its message and
+  makes its node gone at once (:meth:`Membership.unavailable`): the SuperLink accepts
+  messages to that node and answers each with the same error, so a node only waiting for the
+  next version would get a job, wasted, with each version until membership is re-read;
 - :func:`wait`: sleep until the next event may be due, re-reading membership (wall clock);
 - :func:`stalled`: whether no event can happen any more;
 - :func:`unblock`: whether the run can go on. At a stall, or when every train message still
@@ -40,6 +44,7 @@ __all__ = [
     "on_deadline",
     "only_late_out",
     "stalled",
+    "unavailable",
     "unblock",
     "wait",
 ]
@@ -198,6 +203,28 @@ def on_deadline(loop: EventLoop, event: DeadlineEvent) -> None:
     if not loop.clock.is_virtual and node.node_id not in registered:
         loop.dispatcher.forget(sent)  # it left: no need to wait for the timeout
         forgotten(loop, sent, node, registered)
+
+
+def unavailable(loop: EventLoop, sent: Sent, node: Node) -> None:
+    """Forget ``sent``, answered with Flower's node-unavailable error; its node is gone.
+
+    The node gets no job until the grid lists it again (:meth:`Membership.refresh`), whatever
+    it lists now: Flower's answer says that the node is not there.
+    """
+    log(
+        WARNING,
+        "%s: node %s is unavailable (Flower's node-unavailable error for its job %s): no jobs "
+        "until the grid lists it again",
+        loop.name,
+        node.node_id,
+        sent.job_id,
+    )
+    detail = "node unavailable (Flower's error reply)"
+    loop.record_event(node.node_id, sent.job_id, "forgotten", loop.version, detail=detail)
+    loop.membership.unavailable(node)
+    loop.profile_answer(node, sent.job_id, None, "no reply to its first message")
+    if loop.client_eval.owns(sent.message_id):
+        loop.on_evaluated(sent.message_id)
 
 
 def forgotten(loop: EventLoop, sent: Sent, node: Node, registered: set[int]) -> None:

@@ -30,8 +30,13 @@ Rules
   TTL) is forgotten: a later reply to it is rejected as consumed, and the node gets a fresh job
   with the full model (this is also how a restarted node rejoins). After ``max_misses``
   forgotten messages in a row a registered node is dropped until it registers again.
-- Wall clock only: membership is re-read about every second while waiting; nodes that left get
-  no jobs, nodes that register (again) get jobs, new nodes join with the median share.
+- A reply that is Flower's node-unavailable error (the SuperLink's answer for a SuperNode
+  whose heartbeat lapsed, e.g. killed) forgets its message and makes the node gone at once,
+  as if it had left: no job until the grid lists it again. Other error replies (a ClientApp
+  that raised) are rejected replies.
+- Wall clock only: membership is re-read every ``max(1, 20 * poll_interval)`` s while waiting;
+  nodes that left get no jobs, nodes that register (again) get jobs, new nodes join with the
+  median share.
 - The loop stops at the round budget, a convergence criterion, the time budget, or when no
   event can happen any more (every node gone or stuck), logging why.
 """
@@ -64,7 +69,7 @@ from strategies.evaluation import (
 )
 from strategies.events import REPLY, DeadlineEvent, EventQueue, ReplyEvent, Sent
 from strategies.intake import accept_finished, screen_buffer, train_metrics
-from strategies.liveness import expire, on_deadline, unblock, wait
+from strategies.liveness import expire, on_deadline, unavailable, unblock, wait
 from strategies.membership import Job, Membership, Node
 from strategies.records import (
     UNASKED_PROFILE,
@@ -75,6 +80,7 @@ from strategies.records import (
     ProfileRecord,
     TrainReply,
     Update,
+    is_node_unavailable,
     parse_reply_for,
 )
 from strategies.resume import (
@@ -292,17 +298,17 @@ class EventLoop:
                 src, -1, "rejected", self.version, detail="unknown or consumed message"
             )
             return
+        gone = is_node_unavailable(msg)  # the node is gone, not its ClientApp's reply
         if self.client_eval.owns(reply_to):  # an evaluation: it only frees its node
             self.client_eval.replies_in[reply_to] = msg
-            self.queue.push(
-                self.dispatcher.event_time(sent, None), REPLY, ReplyEvent(sent, None, None)
-            )
+            event = ReplyEvent(sent, None, None, unavailable=gone)
+            self.queue.push(self.dispatcher.event_time(sent, None), REPLY, event)
             return
         virt, key = self.clock.is_virtual, self.strategy.weighted_by_key
         reply, reason = parse_reply_for(msg, sent.node_id, self.keys, virtual=virt, weight_key=key)
         self.dispatcher.observe(sent, reply)  # per-message overhead, for the slice budget
         when = self.dispatcher.event_time(sent, reply)
-        self.queue.push(when, REPLY, ReplyEvent(sent, reply, reason))
+        self.queue.push(when, REPLY, ReplyEvent(sent, reply, reason, unavailable=gone))
 
     def reject(self, node: Node, job_id: int, reason: str) -> None:
         """Log a rejected reply; the node waits for the next version."""
@@ -329,6 +335,9 @@ class EventLoop:
         self.dispatcher.open.pop(sent.message_id, None)
         node = self.nodes[sent.node_id]
         node.outstanding = None
+        if event.unavailable:  # no job until the grid lists the node again
+            unavailable(self, sent, node)
+            return
         node.misses = 0
         if self.client_eval.owns(sent.message_id):
             self.on_evaluated(sent.message_id)

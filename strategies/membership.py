@@ -7,8 +7,11 @@ A node is one SuperNode as the loop sees it (:class:`Node`), with at most one jo
 - before the first round, wait (with a deadline) until enough nodes have registered;
 - a message forgotten after ``start``'s ``timeout`` is a miss; after ``max_misses`` misses in a
   row, or when the node is no longer registered, the node is gone until it registers again;
-- wall clock only: membership is re-read about every second while the loop waits; nodes that
-  registered after the start join with the median share, nodes that left get no jobs.
+- a reply that is Flower's node-unavailable error makes the node gone (as unregistered) until
+  the grid lists it again;
+- wall clock only: membership is re-read every ``max(1, 20 * poll_interval)`` s while the loop
+  waits; nodes that registered after the start join with the median share, nodes that left
+  get no jobs.
 """
 
 from __future__ import annotations
@@ -241,6 +244,19 @@ class Membership:
                 node.node_id,
                 node.misses,
             )
+
+    def unavailable(self, node: Node) -> None:
+        """Mark ``node`` gone, as unregistered: Flower answered its message "node unavailable".
+
+        Its job ends; the next :meth:`refresh` that finds it in the grid's list brings it back
+        ("back", a fresh job with the full model), as a node that left and registered again.
+        Under a virtual clock membership is not re-read: it stays gone.
+        """
+        node.outstanding = None
+        node.job = None
+        node.last_base = -1
+        node.registered = False
+        node.gone = True
 
     def refresh(self, *, force: bool = False) -> bool:
         """Re-read the registration list (at most about once a second unless ``force``).

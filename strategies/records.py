@@ -15,6 +15,7 @@ from typing import Any, Final, Literal
 
 import numpy.typing as npt
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.common.constant import ErrorCode
 
 from flower_edge import wire
 from flower_edge.aggregation import WeightedSum
@@ -32,6 +33,7 @@ __all__ = [
     "TrainReply",
     "Update",
     "arrays_from_record",
+    "is_node_unavailable",
     "is_profile_reply",
     "parse_profile_reply",
     "parse_reply_for",
@@ -498,6 +500,16 @@ class Combined:
     arrays: list[NDArray]
     weights: tuple[float, ...]
     total: WeightedSum | None = None
+
+
+def is_node_unavailable(msg: Message) -> bool:
+    """Return whether ``msg`` is Flower's node-unavailable error reply.
+
+    The SuperLink answers a message with it (``ErrorCode.NODE_UNAVAILABLE``) once the
+    destination SuperNode missed its heartbeats, e.g. after a SIGKILL; it also accepts new
+    messages to that node and answers them the same way until the node is back.
+    """
+    return msg.has_error() and msg.error.code == ErrorCode.NODE_UNAVAILABLE
 
 
 def is_profile_reply(msg: Message) -> bool:

@@ -25,7 +25,8 @@ from fault_clients import (
     initial_model,
     train_config,
 )
-from flwr.app import ArrayRecord, Message, MetricRecord
+from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
 
 from flower_edge import wire
 from strategies import CheckpointStore, EdgeStrategy, InProcessGrid, LoopConfig, ShareConfig
@@ -147,6 +148,86 @@ def test_node_registering_after_the_start_gets_jobs() -> None:
     strategy = make_strategy(clock)
     strategy.start(grid, initial_model(), num_rounds=30, timeout=20.0)
     assert any(1005 in h.participants for h in strategy.history)
+
+
+# ---------------------------------------------------------------------- node unavailable
+def two_seconds(node: int, msg: Message) -> float:
+    """Every node takes 2 s per message: replies and aggregations come at the same times."""
+    return 2.0
+
+
+def test_a_lapsed_node_is_answered_node_unavailable_by_the_grid() -> None:
+    clock = ScriptedClock()
+    grid = InProcessGrid(edge_app(), node_ids=NODES, clock=clock, latency=two_seconds)
+    owed = grid.push_messages([Message(RecordDict({}), 1004, "train")])
+    grid.lapse(1004)
+    assert 1004 not in grid.get_node_ids()
+    later = grid.push_messages([Message(RecordDict({}), 1004, "train")])  # accepted
+    replies = grid.pull_messages([*owed, *later])
+    assert [r.metadata.reply_to_message_id for r in replies] == [*owed, *later]
+    assert all(r.has_error() and r.error.code == ErrorCode.NODE_UNAVAILABLE for r in replies)
+    assert all(r.metadata.src_node_id == SUPERLINK_NODE_ID for r in replies)
+    grid.restart(1004)
+    assert 1004 in grid.get_node_ids()
+
+
+@pytest.mark.parametrize("lapse_at", [3.5, 5.5, 9.0])
+def test_node_flower_reports_unavailable_gets_no_job_until_it_is_listed_again(
+    lapse_at: float,
+) -> None:
+    """Found by a deployment probe: a SIGKILLed SuperNode's job came back as Flower's "Node
+    Unavailable" error; it was rejected like a ClientApp's error, so the node only waited for
+    the next global version, and was sent a job with it (accepted by the SuperLink, answered
+    with the same error) until membership was next re-read (every 5 s here)."""
+    clock = ScriptedClock()
+    grid = InProcessGrid(edge_app(), node_ids=NODES, clock=clock, latency=two_seconds)
+    times = push_times(grid, clock)
+    restart_at = 30.0
+    clock.actions = {lapse_at: lambda: grid.lapse(1004), restart_at: lambda: grid.restart(1004)}
+    strategy = make_strategy(clock)
+    with capture_flwr_logs() as logs:
+        strategy.start(grid, initial_model(), num_rounds=20, timeout=20.0)
+    down = [
+        times[m.metadata.message_id]
+        for m in sent_to(grid, 1004, after=lapse_at, times=times)
+        if times[m.metadata.message_id] < restart_at
+    ]
+    assert down == [], "jobs sent to a node that Flower reported unavailable"
+    noticed = [e for e in strategy.events if e.node_id == 1004 and e.time == lapse_at]
+    assert [e.kind for e in noticed] == ["forgotten"]
+    assert "node unavailable" in noticed[0].detail
+    assert logs.matching("node 1004 is unavailable", level=logging.WARNING)
+    # restarted: listed again, it gets a job with the full model and takes part again
+    assert sent_to(grid, 1004, after=restart_at, times=times)
+    assert logs.matching("node 1004 is back")
+    assert any(1004 in h.participants for h in strategy.history if h.time > restart_at)
+    assert len(strategy.history) == 20
+
+
+def test_node_whose_clientapp_raised_still_gets_the_next_job() -> None:
+    """Only Flower's node-unavailable error makes a node gone; a ClientApp's exception is a
+    rejected reply, and the node gets a job with the next global version."""
+    clock = ScriptedClock()
+    grid = InProcessGrid(edge_app(), node_ids=NODES, clock=clock, latency=two_seconds)
+    times = push_times(grid, clock)
+    honest = edge_app()
+    calls: list[int] = []
+
+    def raises_once(msg: Message, context: Context) -> Message:
+        calls.append(1)
+        if len(calls) == 3:  # its second job
+            raise RuntimeError("disk full")
+        return honest(msg, context)
+
+    grid.set_app(1004, raises_once)
+    strategy = make_strategy(clock)
+    strategy.start(grid, initial_model(), num_rounds=6, timeout=20.0)
+    rejected = [e for e in strategy.events if e.node_id == 1004 and e.kind == "rejected"]
+    assert len(rejected) == 1
+    assert "disk full" in rejected[0].detail
+    after = sent_to(grid, 1004, after=rejected[0].time, times=times)
+    assert after, "the node whose ClientApp raised got no new job"
+    assert any(1004 in h.participants for h in strategy.history if h.time > rejected[0].time)
 
 
 # ---------------------------------------------------------------------- server killed
