@@ -1,4 +1,5 @@
-"""Loop rules checked from outside the loop: ``dt`` after an abandon, one message per node.
+"""Loop rules checked from outside the loop: ``dt`` after an abandon, one message per node, a
+node twice in one aggregation.
 
 Both tests read what the grid saw (messages pushed, replies pulled) and the client's own
 replies, not the loop's bookkeeping, so that a change in the loop cannot also change what the
@@ -11,10 +12,11 @@ from collections.abc import Iterable
 
 import pytest
 from conftest import EQUAL, ToyEdge, accuracy_fn, model, virtual
-from flwr.app import Context, Message
+from fault_clients import edge_app, initial_model
+from flwr.app import Context, Message, MetricRecord
 
 from flower_edge import wire
-from strategies import EdgeStrategy, FedBuff, InProcessGrid, LoopConfig
+from strategies import EdgeStrategy, FedBuff, InProcessGrid, LoopConfig, ManualClock
 
 
 def _config(msg: Message) -> dict[str, object]:
@@ -145,3 +147,44 @@ def _train_content(version: int):  # type: ignore[no-untyped-def]
 
     cfg = ConfigRecord({wire.JOB_ID: 1, wire.GLOBAL_VERSION: version, wire.SLICE_BUDGET: 0.0})
     return RecordDict({wire.CONFIG: cfg, wire.ARRAYS: model(0.0)})
+
+
+def test_a_node_twice_in_one_aggregation_has_two_updates_and_its_sums() -> None:
+    """A node appears twice in an aggregation when its first update came from an older global
+    (it got a job on the current one at once) and its second arrived before the trigger.
+    Each update has its own weight and leave-one-out value; the node's ``value-<id>`` and
+    ``weight-<id>``, and the value sent back to the clients, are the sums (docs/strategy.md)."""
+
+    def latency(node: int, msg: Message) -> float:
+        cfg = _config(msg)
+        if wire.PROFILE_MODE in cfg:
+            return 0.0
+        if node == 1001:  # its job on version 0 ends after the first aggregation
+            return 1.5 if cfg[wire.GLOBAL_VERSION] == 0 else 0.2
+        return 1.0
+
+    clock = ManualClock()
+    grid = InProcessGrid(edge_app(), 4, clock=clock, latency=latency)
+    strategy = EdgeStrategy(threshold=2, clock=clock, loop=LoopConfig(poll_interval=0.25))
+    result = strategy.start(
+        grid,
+        initial_model(),
+        num_rounds=3,
+        timeout=30.0,
+        evaluate_fn=lambda _, a: MetricRecord({"accuracy": float(a["w"].numpy().sum())}),
+    )
+    twice = strategy.history[1]
+    assert twice.participants == (1001, 1001, 1002)
+    assert twice.job_ids[0] != twice.job_ids[1]
+    assert twice.base_versions[:2] == (0, 1)  # from an older global, then from the current
+    assert len(twice.values) == len(twice.contributions) == 3  # one leave-one-out per update
+    assert sum(twice.values) == pytest.approx(1.0)
+    metrics = result.train_metrics_clientapp[2]
+    assert metrics["participants"] == 3  # updates, not distinct nodes
+    assert metrics["value-1001"] == pytest.approx(twice.values[0] + twice.values[1])
+    assert metrics["weight-1001"] == pytest.approx(twice.weights[0] + twice.weights[1])
+    assert metrics["value-1001"] + metrics["value-1002"] == pytest.approx(1.0)
+    sent = [_config(m) for m in grid.pushed if _config(m).get(wire.VALUES_ROUND) == 2]
+    assert sent, "no train message carried the values of aggregation 2"
+    assert sent[0][wire.VALUE_NODE_IDS] == [1001, 1002]
+    assert sent[0][wire.VALUES] == pytest.approx([metrics["value-1001"], metrics["value-1002"]])
