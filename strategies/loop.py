@@ -312,14 +312,8 @@ class EventLoop:
 
     def reject(self, node: Node, job_id: int, reason: str) -> None:
         """Log a rejected reply; the node waits for the next version."""
-        log(
-            WARNING,
-            "%s: rejected reply of node %s (job %s): %s",
-            self.name,
-            node.node_id,
-            job_id,
-            reason,
-        )
+        what = "%s: rejected reply of node %s (job %s): %s"
+        log(WARNING, what, self.name, node.node_id, job_id, reason)
         self.record_event(node.node_id, job_id, "rejected", self.version, detail=reason)
         node.free(self.version, rejected=reason)
 
