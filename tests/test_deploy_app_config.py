@@ -94,3 +94,31 @@ def test_resume_without_a_checkpoint_folder_names_the_run_config_keys(server_app
 
     with pytest.raises(ConfigError, match="'resume' = true needs 'checkpoint-dir'"):
         server_app.build_strategy(_context(resume=True))
+
+
+def test_the_slice_budget_and_the_preset_reach_the_strategy(server_app: Any) -> None:
+    from strategies.config import ValuationConfig
+
+    assert server_app.build_strategy(_context()).loop.slice_budget == "auto"  # the default
+    assert server_app.build_strategy(_context(**{"slice-budget": 2.5})).loop.slice_budget == 2.5
+    assert server_app.build_strategy(_context(**{"slice-budget": 0.0})).loop.slice_budget == 0.0
+    edge = server_app.build_strategy(_context())
+    assert (edge.valuation.metric_key, edge.valuation.drop_worst) == ("val-loss", True)
+    seed = server_app.build_strategy(_context(preset="edge-seed"))
+    assert seed.valuation == ValuationConfig()  # the seed values on the test metric
+    assert not seed.valuation_given
+
+
+def test_the_deployment_app_passes_strict_mypy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``**slices`` (a ``dict[str, float]``) into ``LoopConfig`` was 3 strict-mypy errors that
+    the project's ``mypy`` run never saw: its configuration left the deployment app out."""
+    from mypy import api
+
+    monkeypatch.chdir(ROOT)  # mypy_path is relative to the project's root
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]
+    assert "edgeapp" in config["packages"]  # `mypy`, as scripts/test.sh runs it, checks it
+    assert config["mypy_path"] == "deploy/app"
+    report, errors, status = api.run(
+        ["--config-file", str(ROOT / "pyproject.toml"), "--package", "edgeapp"]
+    )
+    assert status == 0, report + errors

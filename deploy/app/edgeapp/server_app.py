@@ -22,6 +22,7 @@ samples (``val-loss``), never on the test set it reports.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from logging import INFO
 
 import torch
@@ -94,8 +95,7 @@ def build_strategy(context: Context) -> EdgeStrategy:
             "run config 'resume' = true needs 'checkpoint-dir': the folder of the run to"
             " continue (the same --run-config 'checkpoint-dir=\"...\"' as that run)"
         )
-    budget = _number(context, "slice-budget")
-    slices = {"slice_budget": budget} if budget >= 0 else {}  # else the library's default
+    budget = _number(context, "slice-budget")  # < 0: the library's default (slices on)
     patience = _integer(context, "patience")
     target = _number(context, "target-accuracy")
     fixed = _number(context, "theta") if "theta" in cfg else -1.0
@@ -105,28 +105,27 @@ def build_strategy(context: Context) -> EdgeStrategy:
         raise ConfigError(
             f"run config 'preset' must be one of {', '.join(PRESETS)}, got {preset!r}"
         )
-    steering = (  # the seed values on the test metric; edge on a validation set of its own
-        {
-            "valuation": ValuationConfig(
-                metric_key="val-loss", higher_is_better=False, drop_worst=True
-            )
-        }
+    # the seed values on the test metric; edge on a validation set of its own
+    valuation = (
+        ValuationConfig(metric_key="val-loss", higher_is_better=False, drop_worst=True)
         if preset == "edge"
-        else {}
+        else None  # the library's default
     )
+    loop = LoopConfig(
+        deadline="auto" if deadline < 0 else deadline if deadline > 0 else None,
+        min_nodes=min_nodes if min_nodes > 0 else None,
+        registration_timeout=_number(context, "registration-timeout"),
+        poll_interval=0.2,
+    )
+    if budget >= 0:
+        loop = replace(loop, slice_budget=budget)
     return EdgeStrategy.preset(
         "edge" if preset == "edge" else "edge-seed",
-        **steering,  # type: ignore[arg-type]
+        valuation=valuation,
         threshold=_integer(context, "threshold"),
         decay=_text(context, "decay"),
         decay_a=_number(context, "decay-a"),
-        loop=LoopConfig(
-            deadline="auto" if deadline < 0 else deadline if deadline > 0 else None,
-            **slices,
-            min_nodes=min_nodes if min_nodes > 0 else None,
-            registration_timeout=_number(context, "registration-timeout"),
-            poll_interval=0.2,
-        ),
+        loop=loop,
         shares=ShareConfig(
             profile=_flag(context, "profile"),
             max_share_fraction=_number(context, "max-share-fraction"),
