@@ -159,6 +159,8 @@ class ModelProfile:
         Whether the step included the loss and the backward pass.
     metadata_only : int
         Metadata-only calls (views, allocations) that ran and were left out.
+    share : {"count", "flops"}
+        How ``compute_share`` was counted: by operators (the seed) or by FLOPs.
     """
 
     operators: tuple[OperatorCost, ...]
@@ -168,6 +170,7 @@ class ModelProfile:
     unmodelled: tuple[str, ...] = field(default=())
     includes_backward: bool = True
     metadata_only: int = 0
+    share: Share = "count"
 
     @property
     def total_flops(self) -> float:
@@ -190,12 +193,18 @@ class ModelProfile:
         return math.fsum(o.bytes for o in self.operators if o.kind == "memory")
 
     def to_dict(self) -> dict[str, Any]:
-        """Return the JSON form (the ``analyze --json`` contract)."""
+        """Return the JSON form (the ``analyze --json`` contract).
+
+        ``share`` (``"count"`` or ``"flops"``) says how ``compute_share`` was counted and
+        ``includes_backward`` whether the step included the loss and the backward pass.
+        """
         return {
             "operators": [o.to_dict() for o in self.operators],
             "mean_intensity": self.mean_intensity,
             "compute_share": self.compute_share,
             "memory_share": self.memory_share,
+            "share": self.share,
+            "includes_backward": self.includes_backward,
         }
 
 
@@ -694,4 +703,4 @@ def _profile(
     else:
         total = math.fsum(o.flops for o in ops)
         p_c = math.fsum(o.flops for o in ops if o.kind == "compute") / total if total else 0.0
-    return ModelProfile(ops, mean, p_c, 1.0 - p_c, unmodelled)
+    return ModelProfile(ops, mean, p_c, 1.0 - p_c, unmodelled, share=share)

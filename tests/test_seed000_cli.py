@@ -42,7 +42,15 @@ def fails(argv: list[str], capsys: pytest.CaptureFixture[str], match: str) -> No
 # ---------------------------------------------------------------- analyze
 def test_analyze_bundled_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
     doc = run_json(["analyze", "cnn", "--input-shape", "8,1,28,28", "--json"], capsys)
-    assert set(doc) == {"operators", "mean_intensity", "compute_share", "memory_share"}
+    assert set(doc) == {
+        "operators",
+        "mean_intensity",
+        "compute_share",
+        "memory_share",
+        "share",
+        "includes_backward",
+    }
+    assert (doc["share"], doc["includes_backward"]) == ("count", True)  # the defaults
     for op in doc["operators"]:
         assert set(op) == {"name", "op", "flops", "bytes", "intensity", "kind"}
         assert op["kind"] in ("compute", "memory")
@@ -50,6 +58,29 @@ def test_analyze_bundled_json_contract(capsys: pytest.CaptureFixture[str]) -> No
     n_compute = sum(op["kind"] == "compute" for op in doc["operators"])
     assert doc["compute_share"] == n_compute / len(doc["operators"])
     assert doc["memory_share"] == pytest.approx(1 - doc["compute_share"])
+
+
+@pytest.mark.parametrize(
+    ("extra", "share", "backward"),
+    [
+        ([], "count", True),
+        (["--share", "flops"], "flops", True),
+        (["--forward-only"], "count", False),
+        (["--share", "flops", "--forward-only"], "flops", False),
+    ],
+)
+def test_analyze_json_says_how_the_share_was_counted_and_over_which_pass(
+    extra: list[str], share: str, backward: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The JSON did not record ``--share`` nor ``--forward-only``: a saved profile's p_c could
+    not be told from one counted another way (found by a CLI probe)."""
+    doc = run_json(["analyze", "mlp", "--input-shape", "4,64", "--json", *extra], capsys)
+    assert (doc["share"], doc["includes_backward"]) == (share, backward)
+    flops = [op["flops"] for op in doc["operators"]]
+    compute = [op["flops"] for op in doc["operators"] if op["kind"] == "compute"]
+    n = sum(op["kind"] == "compute" for op in doc["operators"])
+    expected = sum(compute) / sum(flops) if share == "flops" else n / len(flops)
+    assert doc["compute_share"] == pytest.approx(expected)
 
 
 def test_analyze_forward_only_and_execute(capsys: pytest.CaptureFixture[str]) -> None:
