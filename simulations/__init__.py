@@ -17,8 +17,8 @@ Modules (import them directly; this package imports nothing heavy):
 - :mod:`simulations.runner` — ``run_experiment`` (Ray or in-process);
 - :mod:`simulations.report`, :mod:`simulations.plots` — results, JSON contract, plots (the
   radar chart of ``flower-edge plan --plot`` included);
-- :mod:`simulations.cli`, :mod:`simulations.outputs` — ``flower-edge simulate`` and the files
-  it writes to ``--out``.
+- :mod:`simulations.cli`, :mod:`simulations.cli_options`, :mod:`simulations.outputs` —
+  ``flower-edge simulate``, its options and the files it writes to ``--out``.
 
 See ``docs/simulations.md``.
 """

@@ -60,6 +60,37 @@ def test_list(capsys: pytest.CaptureFixture[str]) -> None:
     assert "mnist1d-100" in out
 
 
+#: ``--option METAVAR`` in prose: a simulate option and an upper-case placeholder
+_OPTION_WITH_METAVAR = re.compile(r"--([a-z][a-z-]*) ([A-Z][A-Z_]*)(?![\w:])")
+
+
+def test_the_help_and_the_docs_name_the_same_placeholders() -> None:
+    """``simulate --help`` showed ``--seed SEED``, ``--rounds ROUNDS`` and ``--cpus CPUS``
+    where the docs and the module's usage write ``--seed S``, ``--rounds R``, ``--cpus N``."""
+    import simulations.cli
+    from flower_edge.cli import build_parser
+
+    usage = build_parser().parse_args(["simulate"]).command_parser.format_usage()
+    metavars = dict(_OPTION_WITH_METAVAR.findall(usage))
+    assert metavars["seed"] == "S"
+    root = Path(__file__).resolve().parent.parent
+    module_usage = (simulations.cli.__doc__ or "").partition("Usage::\n\n")[2].split("\n\n")[0]
+    texts = {
+        "simulations/cli.py usage": module_usage,
+        **{
+            name: (root / name).read_text(encoding="utf-8")
+            for name in ("README.md", "docs/simulations.md")
+        },
+    }
+    checked = 0
+    for name, text in texts.items():
+        for option, metavar in _OPTION_WITH_METAVAR.findall(text):
+            if option in metavars:
+                assert metavar == metavars[option], f"{name}: --{option} {metavar}"
+                checked += 1
+    assert checked >= 15  # the usage names every option with a value, the docs several
+
+
 def test_json_only_on_stdout(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["simulate", "--engine", "inprocess", "--strategy", "fedbuff", "--clients", "5"]
     assert main([*argv, "--rounds", "2", "--json"]) == 0
