@@ -18,7 +18,9 @@ and answer gRPC within :data:`RAY_CONNECT_TIMEOUT` seconds (:func:`check_ray_add
 A one-line note on stderr says when ``--clients`` lowers the scenario's K, and when
 ``--cpus``, ``--ray-address`` or ``--threshold`` is ignored (``--engine inprocess``,
 ``--cpus`` with ``--ray-address``, ``--threshold`` with ``--strategy fedavg`` or
-``fedasync``, which take no K).
+``fedasync``, which take no K). ``--list`` lists the scenarios (``--scenario NAME``: that one,
+``--json``: a JSON object) and runs nothing: any other option with it is an error naming the
+option (exit code 2; :mod:`simulations.cli_options`).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from flower_edge import validate
 from flower_edge.errors import FlowerEdgeError, InputError
-from simulations.cli_options import build_parser
+from simulations.cli_options import LIST_OPTIONS, build_parser, given_options
 from simulations.outputs import check_output_files, unfinished_runs, write_outputs
 
 if TYPE_CHECKING:
@@ -76,7 +78,6 @@ def _check_overrides(args: argparse.Namespace) -> Scenario:
         MAX_HETEROGENEITY,
         MAX_ROUNDS,
         MAX_SEED,
-        resolve_scenario,
         resolve_strategies,
     )
 
@@ -85,10 +86,7 @@ def _check_overrides(args: argparse.Namespace) -> Scenario:
     )
     validate.integer("--seed", args.seed, low=0, high=MAX_SEED, error=InputError)
     validate.integer("--cpus", args.cpus, low=1, allow_none=True, error=InputError)
-    try:
-        base = resolve_scenario(args.scenario)
-    except InputError as exc:
-        raise InputError(f"--scenario: {exc}") from None
+    base = _scenario(args.scenario)
     try:
         resolve_strategies(args.strategy)
     except InputError as exc:
@@ -113,6 +111,16 @@ def _check_overrides(args: argparse.Namespace) -> Scenario:
     if k is not None and not 1 <= k < n:
         raise InputError(f"--threshold K must be >= 1 and < clients ({n}), got {k}")
     return base
+
+
+def _scenario(name: str) -> Scenario:
+    """Return the scenario ``name``; an unknown one is an error naming ``--scenario``."""
+    from simulations.scenarios import resolve_scenario
+
+    try:
+        return resolve_scenario(name)
+    except InputError as exc:
+        raise InputError(f"--scenario: {exc}") from None
 
 
 def _settings(args: argparse.Namespace) -> list[SimSettings]:
@@ -417,18 +425,32 @@ class _Progress:
             self.open = False
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the ``simulate`` sub-command; return the exit code."""
+def _list_scenarios(args: argparse.Namespace) -> int:
+    """``--list``: every scenario, or ``--scenario``'s; refuse the options it would ignore."""
     from simulations.scenarios import SCENARIOS
 
-    if args.list:
-        if args.json:
-            print(json.dumps({name: sc.description for name, sc in SCENARIOS.items()}))
-            return 0
-        width = max(map(len, SCENARIOS))
-        for name, sc in SCENARIOS.items():
-            print(f"{name:<{width}}  {sc.description}")
+    given = given_options(args)
+    ignored = [option for option in given if option not in LIST_OPTIONS]
+    if ignored:
+        raise InputError(
+            f"{', '.join(ignored)} cannot be given with --list, which runs nothing and takes "
+            f"only --scenario and --json: leave {'it' if len(ignored) == 1 else 'them'} out, "
+            "or leave out --list to run"
+        )
+    names = [_scenario(args.scenario).name] if "--scenario" in given else list(SCENARIOS)
+    if args.json:
+        print(json.dumps({name: SCENARIOS[name].description for name in names}))
         return 0
+    width = max(map(len, names))
+    for name in names:
+        print(f"{name:<{width}}  {SCENARIOS[name].description}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the ``simulate`` sub-command; return the exit code."""
+    if args.list:
+        return _list_scenarios(args)
     runs = _settings(args)  # every bad option fails here, before the engine starts
     ray_init_args = _engine_options(args)
     existed = args.out is not None and args.out.exists()

@@ -1,16 +1,73 @@
-"""The options of ``flower-edge simulate``: its argument parser.
+"""The options of ``flower-edge simulate``: its argument parser, and which options were given.
 
 :func:`build_parser` registers the sub-command's options (:mod:`simulations.cli` adds its
-``run``).
+``run``). Every option given on the command line is recorded, in order, under its name in
+``args.given`` (:func:`given_options`), whatever its value: ``--seed 0`` is given, although 0
+is the default. ``--list`` runs nothing and refuses the options that it would ignore
+(:data:`LIST_OPTIONS` are the ones it honours).
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
-__all__ = ["build_parser"]
+__all__ = ["LIST_OPTIONS", "build_parser", "given_options"]
+
+#: the options that ``--list`` honours: ``--scenario`` shows that scenario only, ``--json``
+#: prints a JSON object; any other option is bad input with ``--list``
+LIST_OPTIONS: Final = ("--list", "--scenario", "--json")
+
+
+def given_options(args: argparse.Namespace) -> list[str]:
+    """Return the options given on the command line, each once, in the order given."""
+    return list(dict.fromkeys(getattr(args, "given", ())))
+
+
+def _record(action: argparse.Action, namespace: argparse.Namespace) -> None:
+    namespace.given = (*getattr(namespace, "given", ()), action.option_strings[-1])
+
+
+class _Store(argparse.Action):
+    """``store``, and the option recorded in ``args.given``."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, values)
+        _record(self, namespace)
+
+
+class _StoreTrue(argparse.Action):
+    """``store_true``, and the option recorded in ``args.given``."""
+
+    def __init__(
+        self,
+        option_strings: Sequence[str],
+        dest: str,
+        default: bool = False,
+        required: bool = False,
+        help: str | None = None,
+    ) -> None:
+        super().__init__(
+            option_strings, dest, nargs=0, default=default, required=required, help=help
+        )
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, True)
+        _record(self, namespace)
 
 
 def build_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -25,6 +82,10 @@ def build_parser(subparsers: Any) -> argparse.ArgumentParser:
             "report time to the target accuracy in virtual seconds."
         ),
     )
+    p.register("action", None, _Store)  # the action of an option that names none
+    p.register("action", "store", _Store)
+    p.register("action", "store_true", _StoreTrue)
+    p.set_defaults(given=())
     p.add_argument(
         "--scenario",
         default="digits-20",
@@ -99,7 +160,8 @@ def build_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--list",
         action="store_true",
-        help="list the scenarios and exit",
+        help="list the scenarios (--scenario: that one; --json: as JSON) and exit; it takes "
+        "no other option",
     )
     p.add_argument("--verbose", action="store_true", help="keep Flower's INFO logs")
     return p

@@ -60,6 +60,76 @@ def test_list(capsys: pytest.CaptureFixture[str]) -> None:
     assert "mnist1d-100" in out
 
 
+@pytest.mark.parametrize("json_out", [False, True])
+def test_list_with_a_scenario_shows_that_scenario(
+    json_out: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--list --scenario mnist1d-100`` listed every scenario, the option unused."""
+    from simulations.scenarios import SCENARIOS
+
+    argv = ["simulate", "--list", "--scenario", "mnist1d-100"] + (["--json"] if json_out else [])
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    description = SCENARIOS["mnist1d-100"].description
+    if json_out:
+        assert json.loads(out) == {"mnist1d-100": description}
+    else:
+        assert out.splitlines() == [f"mnist1d-100  {description}"]
+
+
+def test_list_with_an_unknown_scenario_is_the_usual_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--list --scenario foo`` listed every scenario and exited 0."""
+    assert main(["simulate", "--list", "--scenario", "foo"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.strip() == (
+        "flower-edge simulate: error: --scenario: unknown scenario 'foo'; valid scenarios: "
+        "digits-20, mnist1d-100, mnist1d-200-skew"
+    )
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (["--strategy", "all", "--seed", "3"], "--strategy, --seed cannot"),
+        (["--seed", "0"], "--seed cannot"),  # the default value, given: still refused
+        (["--json", "--out", "x"], "--out cannot"),
+        (["--verbose"], "--verbose cannot"),
+        (["--engine", "ray", "--cpus", "2", "--ray-address", "auto"], "--engine, --cpus, --ray"),
+        (["--clients", "4", "--rounds", "2", "--heterogeneity", "3"], "--clients, --rounds, --h"),
+        (["--threshold", "2", "--scenario", "digits-20"], "--threshold cannot"),
+    ],
+)
+def test_list_refuses_the_options_it_would_ignore(
+    extra: list[str],
+    named: str,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--list --strategy all --seed 3`` listed the scenarios, the other options ignored."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["simulate", "--list", *extra]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert len(captured.err.splitlines()) == 1
+    assert captured.err.startswith(f"flower-edge simulate: error: {named}"), captured.err
+    assert "takes only --scenario and --json" in captured.err
+    assert list(tmp_path.iterdir()) == []  # no --out folder
+
+
+def test_given_options_counts_an_option_given_its_default_value() -> None:
+    from flower_edge.cli import build_parser
+    from simulations.cli_options import given_options
+
+    args = build_parser().parse_args(["simulate", "--seed", "0", "--json", "--seed", "1"])
+    assert given_options(args) == ["--seed", "--json"]
+    assert (args.seed, args.json, args.strategy) == (1, True, "all")
+    assert given_options(build_parser().parse_args(["simulate"])) == []
+
+
 #: ``--option METAVAR`` in prose: a simulate option and an upper-case placeholder
 _OPTION_WITH_METAVAR = re.compile(r"--([a-z][a-z-]*) ([A-Z][A-Z_]*)(?![\w:])")
 
