@@ -35,6 +35,15 @@ Notes (stderr)
     ``ceil(Q * F)`` samples, as the strategy's ``ShareConfig.max_share_fraction`` does (the
     plan's default 1 is the seed's uncapped formula; the strategy's default is 0.5).
 
+JSON (``--json``)
+    ``compute_share``, ``memory_share``; how p_c was obtained: ``compute_share_source``
+    (``"model"``, the analysis of ``--model``, or ``"given"``, ``--compute-share``), ``model``,
+    ``input_shape`` (list of int), ``model_kwargs`` (object, ``null`` when not given),
+    ``share`` (``"count"`` or ``"flops"``) and ``includes_backward`` (bool), all five ``null``
+    for a given p_c (:data:`GIVEN_SHARE`); the radar's options ``order_invariant`` and
+    ``drop_empty_axes`` (bool); ``method``, ``makespan`` and ``nodes`` (``id``, ``scores``
+    per resource, ``match_ratio``, ``samples``, ``predicted_seconds``).
+
 The radar plot (``--plot``) belongs to the upper layer (``simulations.plots.plot_radar``,
 matplotlib); this module finds it through the entry-point group :data:`PLOTS_GROUP`, so
 ``plan`` works without it, and ``--plot`` without it is bad input. It draws the chart of the
@@ -61,10 +70,11 @@ import sys
 from collections.abc import Mapping, Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from flower_edge import validate
-from flower_edge.cli_analyze import add_model_options, analyze_args
+from flower_edge.cli_analyze import add_model_options, analyze_args, parse_input_shape
 from flower_edge.errors import InputError
 from flower_edge.plan_notes import _RESOURCES, _no_area, _suspect_ratings
 
@@ -73,8 +83,10 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
 
     from flower_edge.allocation import Allocation, TimeModel
+    from flower_edge.operators import ModelProfile
 
 __all__ = [
+    "GIVEN_SHARE",
     "PLOTS_GROUP",
     "RadarPlotter",
     "add_parser",
@@ -83,6 +95,7 @@ __all__ = [
     "read_profiles",
     "run",
     "run_plan",
+    "share_record",
 ]
 
 #: entry-point group of the plots that core commands use; ``radar`` draws ``plan --plot``
@@ -471,8 +484,13 @@ def build_plan(
     drop_empty_axes: bool = False,
     max_share_fraction: float = 1.0,
     notes: list[str] | None = None,
+    compute_share_record: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], Allocation]:
     """Compute the plan: scores, match ratios, initial shares and the rebalanced allocation.
+
+    ``compute_share_record`` (default: :data:`GIVEN_SHARE`, p_c given as a number) is how
+    ``compute_share`` was obtained, :func:`share_record`; it goes into the document beside
+    the radar's options ``order_invariant`` and ``drop_empty_axes``.
 
     ``max_share_fraction`` caps every node at ``ceil(q * total)`` samples (with its own
     capacity). ``seconds_per_sample`` is K0 (``None``: 1), used only where no node's
@@ -559,6 +577,9 @@ def build_plan(
     doc = {
         "compute_share": float(compute_share),
         "memory_share": 1.0 - float(compute_share),
+        **(GIVEN_SHARE if compute_share_record is None else compute_share_record),
+        "order_invariant": bool(order_invariant),
+        "drop_empty_axes": bool(drop_empty_axes),
         "method": alloc.method,
         "makespan": alloc.makespan,
         "nodes": nodes,
@@ -566,11 +587,45 @@ def build_plan(
     return doc, alloc
 
 
-def _compute_share(args: argparse.Namespace) -> float:
+#: the ``plan --json`` record of a p_c given with ``--compute-share``: no model, no analysis
+GIVEN_SHARE: Mapping[str, Any] = MappingProxyType(
+    {
+        "compute_share_source": "given",
+        "model": None,
+        "input_shape": None,
+        "model_kwargs": None,
+        "share": None,
+        "includes_backward": None,
+    }
+)
+
+
+def share_record(args: argparse.Namespace, profile: ModelProfile) -> dict[str, Any]:
+    """Return the ``plan --json`` record of a p_c from ``--model``'s analysis ``profile``.
+
+    The model's spec, its example batch shape and factory keyword arguments (``null`` when
+    none were given), and, as ``analyze --json`` writes them, how p_c was counted
+    (``share``: ``"count"`` or ``"flops"``) and whether the step included the backward pass.
+    Found by a CLI probe: ``plan --json`` with ``--share flops --forward-only`` wrote the
+    same fields as with the defaults, so a saved plan's p_c could not be told apart.
+    """
+    return {
+        "compute_share_source": "model",
+        "model": args.model,
+        "input_shape": list(parse_input_shape(args.input_shape)),
+        "model_kwargs": None if args.model_kwargs is None else json.loads(args.model_kwargs),
+        "share": profile.share,
+        "includes_backward": profile.includes_backward,
+    }
+
+
+def _compute_share(args: argparse.Namespace) -> tuple[float, Mapping[str, Any]]:
+    """Return p_c and how it was obtained (:data:`GIVEN_SHARE` or :func:`share_record`)."""
     if (args.model is None) == (args.compute_share is None):
         raise InputError("give exactly one of --model (with --input-shape) or --compute-share")
     if args.model is not None:
-        return analyze_args(args, args.model).compute_share
+        profile = analyze_args(args, args.model)
+        return profile.compute_share, share_record(args, profile)
     # the options of the model's analysis mean nothing without a model (found by a new-user
     # probe: `--compute-share 0.5 --input-shape 3,4` planned silently, the shape unused)
     model_only = [
@@ -592,7 +647,7 @@ def _compute_share(args: argparse.Namespace) -> float:
             f"{'it' if len(model_only) == 1 else 'them'} out, or give --model instead"
         )
     share = validate.from_text(args.compute_share, float)
-    return validate.probability("--compute-share", share, error=InputError)
+    return validate.probability("--compute-share", share, error=InputError), GIVEN_SHARE
 
 
 def _int_option(text: str, option: str) -> int:
@@ -641,9 +696,23 @@ def format_plan(doc: Mapping[str, Any], other: Allocation, max_rows: int) -> str
     """Return the readable plan table."""
     nodes = doc["nodes"]
     total = sum(n["samples"] for n in nodes)
+    if doc.get("compute_share_source") == "model":
+        passes = "forward and backward" if doc["includes_backward"] else "forward only"
+        source = f" (--model {doc['model']}: by {doc['share']}, {passes})"
+    else:
+        source = " (given)" if doc.get("compute_share_source") == "given" else ""
+    axes = [
+        text
+        for text, on in (
+            ("order-invariant", doc.get("order_invariant")),
+            ("empty axes dropped", doc.get("drop_empty_axes")),
+        )
+        if on
+    ]
+    radar = f"; radar {', '.join(axes)}" if axes else ""
     lines = [
-        f"{len(nodes)} nodes, {total} samples; p_c = {doc['compute_share']:.4f}, "
-        f"p_m = {doc['memory_share']:.4f}",
+        f"{len(nodes)} nodes, {total} samples; p_c = {doc['compute_share']:.4f}{source}, "
+        f"p_m = {doc['memory_share']:.4f}{radar}",
         f"method {doc['method']}: makespan {doc['makespan']:.6g} s "
         f"({other.method}: {other.makespan:.6g} s)",
         "",
@@ -726,7 +795,7 @@ def run_plan(args: argparse.Namespace) -> int:
     )
     plot = radar_plotter() if args.plot is not None else None
     plot_path = _check_plot_path(args.plot) if args.plot is not None else None
-    share = _compute_share(args)
+    share, record = _compute_share(args)
     notes: list[str] = []
     doc, alloc = build_plan(
         ids,
@@ -741,6 +810,7 @@ def run_plan(args: argparse.Namespace) -> int:
         drop_empty_axes=args.drop_empty_axes,
         max_share_fraction=fraction,
         notes=notes,
+        compute_share_record=record,
     )
     for note in notes:  # stderr: stdout may hold the JSON plan
         sys.stderr.write(f"flower-edge plan: note: {note}\n")

@@ -13,6 +13,7 @@ import pytest
 
 from flower_edge.allocation import TimeModel, fit_time_model, predicted_makespan
 from flower_edge.cli import main
+from flower_edge.cli_plan import GIVEN_SHARE, build_plan
 from flower_edge.radar import match_ratios, standardise
 
 NODES: list[dict[str, Any]] = [
@@ -162,7 +163,25 @@ def test_plan_json_contract_and_formulas(
     profiles = write(tmp_path, "p.json", {"nodes": NODES})
     argv = ["plan", "--profiles", profiles, "--total-samples", "3000", "--compute-share", "0.3"]
     doc = run_json([*argv, "--json"], capsys)
-    assert set(doc) == {"compute_share", "memory_share", "method", "makespan", "nodes"}
+    assert set(doc) == {
+        "compute_share",
+        "memory_share",
+        "compute_share_source",
+        "model",
+        "input_shape",
+        "model_kwargs",
+        "share",
+        "includes_backward",
+        "order_invariant",
+        "drop_empty_axes",
+        "method",
+        "makespan",
+        "nodes",
+    }
+    assert doc["compute_share_source"] == "given"  # --compute-share: no model, no analysis
+    assert [doc[k] for k in ("model", "input_shape", "model_kwargs")] == [None] * 3
+    assert (doc["share"], doc["includes_backward"]) == (None, None)
+    assert (doc["order_invariant"], doc["drop_empty_axes"]) == (False, False)
     assert doc["method"] == "seed"
     assert doc["compute_share"] == 0.3
     assert doc["memory_share"] == pytest.approx(0.7)
@@ -294,6 +313,77 @@ def test_plan_reads_profile_reports_and_model(
     ratios = match_ratios(ev, doc["compute_share"])
     assert [n["match_ratio"] for n in doc["nodes"]] == pytest.approx(list(ratios))
     assert plot.read_bytes()[:4] == b"\x89PNG"
+
+
+KWARGS = ["--model-kwargs", '{"hidden": 16}']
+
+
+@pytest.mark.parametrize(
+    ("extra", "share", "backward"),
+    [
+        ([], "count", True),
+        (["--share", "flops"], "flops", True),
+        (["--forward-only"], "count", False),
+        (["--share", "flops", "--forward-only", *KWARGS], "flops", False),
+    ],
+)
+def test_plan_json_records_how_p_c_was_obtained(
+    extra: list[str],
+    share: str,
+    backward: bool,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Found by a CLI probe: ``plan --json`` with ``--share flops --forward-only`` wrote the
+    same fields as with the defaults (and as with ``--compute-share``), so a saved plan's p_c
+    could not be told from one obtained another way; the record is ``analyze --json``'s."""
+    profiles = write(tmp_path, "p.json", {"nodes": NODES})
+    model = ["--model", "mlp", "--input-shape", "4,64", *extra]
+    argv = ["plan", "--profiles", profiles, "--total-samples", "100", *model, "--json"]
+    doc = run_json(argv, capsys)
+    analysis = run_json(["analyze", "mlp", "--input-shape", "4,64", *extra, "--json"], capsys)
+    assert doc["compute_share_source"] == "model"
+    assert (doc["model"], doc["input_shape"]) == ("mlp", [4, 64])
+    assert doc["model_kwargs"] == ({"hidden": 16} if "--model-kwargs" in extra else None)
+    assert (doc["share"], doc["includes_backward"]) == (share, backward)
+    assert (analysis["share"], analysis["includes_backward"]) == (share, backward)
+    assert doc["compute_share"] == analysis["compute_share"]
+    assert main(argv[:-1]) == 0  # the table says it too
+    passes = "forward and backward" if backward else "forward only"
+    assert f"(--model mlp: by {share}, {passes})" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("extra", "invariant", "dropped"),
+    [
+        ([], False, False),
+        (["--order-invariant"], True, False),
+        (["--drop-empty-axes"], False, True),
+        (["--order-invariant", "--drop-empty-axes"], True, True),
+    ],
+)
+def test_plan_json_records_the_radar_options(
+    extra: list[str],
+    invariant: bool,
+    dropped: bool,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The match ratios depend on ``--order-invariant`` and ``--drop-empty-axes``, which the
+    JSON did not record (found by a CLI probe)."""
+    profiles = write(tmp_path, "p.json", {"nodes": NODES})
+    argv = ["plan", "--profiles", profiles, "--total-samples", "30", "--compute-share", "0.4"]
+    doc = run_json([*argv, *extra, "--json"], capsys)
+    assert (doc["order_invariant"], doc["drop_empty_axes"]) == (invariant, dropped)
+    assert doc["compute_share_source"] == "given"
+
+
+def test_build_plan_records_a_given_p_c_by_default() -> None:
+    """In-process callers pass p_c as a number: the document says it was given."""
+    ev = [[n["resources"].get(r, 0) for r in ("cpu", "gpu", "memory", "disk")] for n in NODES]
+    doc, _ = build_plan([n["id"] for n in NODES], ev, [None] * 3, 30, 0.4, order_invariant=True)
+    assert {k: doc[k] for k in GIVEN_SHARE} == dict(GIVEN_SHARE)
+    assert (doc["order_invariant"], doc["drop_empty_axes"]) == (True, False)
 
 
 def test_plan_order_invariant(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
