@@ -76,7 +76,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from flower_edge import validate
 from flower_edge.cli_analyze import add_model_options, analyze_args, parse_input_shape
 from flower_edge.errors import InputError
-from flower_edge.plan_notes import _RESOURCES, _no_area, _suspect_ratings
+from flower_edge.plan_notes import _RESOURCES, _no_area, _suspect_ratings, _zero_length_axes
 
 if TYPE_CHECKING:
     import numpy as np
@@ -542,16 +542,17 @@ def build_plan(
             "every node's match ratio is 0, so none can take samples: on the four-axis "
             "radar a node rated on no two neighbouring axes (cpu-gpu, gpu-memory, "
             "memory-disk, disk-cpu; e.g. cpu alone, or cpu and memory) has no area"
-            f"{hint}, or rate every node's cpu, gpu, memory and disk"
+            f"{_zero_length_axes(compute_share)}{hint}, or rate every node's cpu, gpu, "
+            "memory and disk"
         )
     if notes is not None and total > 0 and not np.all(ratios > 0):
-        shaped = match_ratios(  # the radar of the rated axes alone: which nodes have an area
-            (ev > 0).astype(np.float64),
-            compute_share,
-            order_invariant=order_invariant,
-            drop_empty_axes=drop_empty_axes,
+        rated = (ev > 0).astype(np.float64)  # the radar of the rated axes alone
+        shaped, helped = (
+            match_ratios(rated, compute_share, order_invariant=order_invariant, drop_empty_axes=d)
+            > 0
+            for d in (drop_empty_axes, True)
         )
-        notes.extend(_no_area(ids, ev, ratios, shaped > 0, drop_empty_axes))
+        notes.extend(_no_area(ids, ev, ratios, shaped, drop_empty_axes, compute_share, helped))
     limits = [total if c is None else min(c, total) for c in capacities]
     models, active = _time_models(
         ids, ratios, observations or {}, seconds_per_sample, notes, limits

@@ -82,19 +82,37 @@ def _suspect_ratings(ids: Sequence[str], ev: NDArray[np.float64]) -> list[str]:
     return out
 
 
+def _zero_length_axes(compute_share: float) -> str:
+    """Say which axes ``p_c`` 0 or 1 gives length 0 (``""`` for a ``p_c`` strictly between).
+
+    Found by a CLI probe: with ``--compute-share 1`` GPU-less nodes rated on cpu, memory and
+    disk got "which gives no radar area; ... pass --drop-empty-axes", naming neither the
+    cause (p_m = 0: the memory and disk axes have length 0) nor a fix that works.
+    """
+    if compute_share >= 1.0:
+        return " (p_c = 1 gives the memory and disk axes length 0: only cpu and gpu count)"
+    if compute_share <= 0.0:
+        return " (p_c = 0 gives the cpu and gpu axes length 0: only memory and disk count)"
+    return ""
+
+
 def _no_area(
     ids: Sequence[str],
     ev: NDArray[np.float64],
     ratios: NDArray[np.float64],
     shaped: NDArray[np.bool_],
     dropped: bool,
+    compute_share: float = 0.5,
+    helped: NDArray[np.bool_] | None = None,
 ) -> list[str]:
     """Return a note for each node whose match ratio is 0 (it gets no samples).
 
     ``shaped[d]`` says whether node ``d``'s rated axes span a radar area (its ratio with
     every rating > 0 set to 1): if so its ratio is 0 only because its scores are negligible
     next to the best node's (the area underflows), and the note says so instead of
-    pointing at the axes.
+    pointing at the axes. ``helped[d]`` (default: every node) says whether
+    ``--drop-empty-axes`` would give node ``d`` an area: the note suggests it only then.
+    A ``compute_share`` of 0 or 1 is named as the cause where it leaves two axes length 0.
     """
     import numpy as np
 
@@ -115,9 +133,10 @@ def _no_area(
                 "profile and the best node's"
             )
             continue
-        hint = "" if dropped else "; rate all four resources or pass --drop-empty-axes"
+        drop = " or pass --drop-empty-axes" if helped is None or helped[d] else ""
+        hint = "" if dropped else f"; rate all four resources{drop}"
         out.append(
             f"node {node_id}: match ratio 0, so no samples: rated on {names}, which gives "
-            f"no radar area{hint}"
+            f"no radar area{_zero_length_axes(compute_share)}{hint}"
         )
     return out

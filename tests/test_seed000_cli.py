@@ -519,7 +519,63 @@ def test_plan_notes_a_node_that_gets_nothing_for_want_of_radar_area(
     assert [n["samples"] for n in doc["nodes"]] == [0, 100]
     (note,) = [line for line in captured.err.splitlines() if ": note: " in line]
     assert "node a: match ratio 0, so no samples: rated on cpu" in note
-    assert "--drop-empty-axes" in note
+    assert "rate all four resources" in note
+    # b rates every axis, so none is empty: --drop-empty-axes would change nothing for a
+    # (the note suggested it, found by a CLI probe)
+    assert "--drop-empty-axes" not in note
+    again = run_json([*base, "--drop-empty-axes", "--json"], capsys)
+    assert [n["samples"] for n in again["nodes"]] == [0, 100]
     # F = 0 plans nothing, so there is nothing to say
     assert main([*base[:4], "0", *base[5:], "--json"]) == 0
     assert ": note: " not in capsys.readouterr().err
+
+
+def test_plan_suggests_drop_empty_axes_only_where_it_helps(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """GPU-less nodes: one rated on cpu and memory (not neighbours on C, G, M, D) has no area
+    on four axes and one on three, so the note names --drop-empty-axes, and it works."""
+    nodes = [
+        {"id": "a", "resources": {"cpu": 1.0, "memory": 1.0}},
+        {"id": "b", "resources": {"cpu": 1.0, "memory": 1.0, "disk": 1.0}},
+    ]
+    profiles = write(tmp_path, "p.json", {"nodes": nodes})
+    base = ["plan", "--profiles", profiles, "--total-samples", "100", "--compute-share", "0.4"]
+    assert main([*base, "--json"]) == 0
+    (note,) = [line for line in capsys.readouterr().err.splitlines() if ": note: " in line]
+    assert "node a: match ratio 0" in note
+    assert "rate all four resources or pass --drop-empty-axes" in note
+    doc = run_json([*base, "--drop-empty-axes", "--json"], capsys)
+    assert doc["nodes"][0]["samples"] > 0
+
+
+def test_plan_names_a_p_c_of_1_as_why_nodes_have_no_area(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by a CLI probe: ``--compute-share 1`` (p_m = 0: memory and disk axes of length 0)
+    left GPU-less nodes rated on cpu, memory and disk without area, and the note blamed their
+    axes and suggested --drop-empty-axes, which cannot help while one node has a GPU."""
+    rated = {"cpu": 1.0, "memory": 1.0, "disk": 1.0}
+    nodes = [
+        {"id": "gpu", "resources": {**rated, "gpu": 1.0}},
+        {"id": "cpu", "resources": rated},
+    ]
+    profiles = write(tmp_path, "p.json", {"nodes": nodes})
+    base = ["plan", "--profiles", profiles, "--total-samples", "100", "--compute-share", "1"]
+    assert main([*base, "--json"]) == 0
+    (note,) = [line for line in capsys.readouterr().err.splitlines() if ": note: " in line]
+    assert "node cpu: match ratio 0" in note
+    assert "p_c = 1 gives the memory and disk axes length 0: only cpu and gpu count" in note
+    assert "--drop-empty-axes" not in note
+    profiles = write(tmp_path, "q.json", {"nodes": nodes[1:]})
+    base[2] = profiles
+    fails(base, capsys, "p_c = 1 gives the memory and disk axes length 0")
+    nodes = [
+        {"id": "x", "resources": {"cpu": 1.0, "gpu": 1.0}},
+        {"id": "y", "resources": {"memory": 1.0, "disk": 1.0}},
+    ]
+    base[2], base[-1] = write(tmp_path, "r.json", {"nodes": nodes}), "0"
+    assert main([*base, "--json"]) == 0
+    (note,) = [line for line in capsys.readouterr().err.splitlines() if ": note: " in line]
+    assert "node x: match ratio 0" in note
+    assert "p_c = 0 gives the cpu and gpu axes length 0: only memory and disk count" in note
