@@ -545,6 +545,10 @@ def build_plan(
             f"{_zero_length_axes(compute_share)}{hint}, or rate every node's cpu, gpu, "
             "memory and disk"
         )
+    limits = [total if c is None else min(c, total) for c in capacities]
+    models, active = _time_models(
+        ids, ratios, observations or {}, seconds_per_sample, notes, limits
+    )
     if notes is not None and total > 0 and not np.all(ratios > 0):
         rated = (ev > 0).astype(np.float64)  # the radar of the rated axes alone
         shaped, helped = (
@@ -552,11 +556,9 @@ def build_plan(
             > 0
             for d in (drop_empty_axes, True)
         )
-        notes.extend(_no_area(ids, ev, ratios, shaped, drop_empty_axes, compute_share, helped))
-    limits = [total if c is None else min(c, total) for c in capacities]
-    models, active = _time_models(
-        ids, ratios, observations or {}, seconds_per_sample, notes, limits
-    )
+        notes.extend(  # a node of ratio 0 is active only with a fitted time model
+            _no_area(ids, ev, ratios, shaped, drop_empty_axes, compute_share, helped, active)
+        )
     _check_fitted_times(ids, models, limits, observations or {})
     caps: list[int | None] = [c if a else 0 for c, a in zip(capacities, active, strict=True)]
     try:

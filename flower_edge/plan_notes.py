@@ -104,6 +104,7 @@ def _no_area(
     dropped: bool,
     compute_share: float = 0.5,
     helped: NDArray[np.bool_] | None = None,
+    observed: Sequence[bool] | None = None,
 ) -> list[str]:
     """Return a note for each node whose match ratio is 0 (it gets no samples).
 
@@ -113,6 +114,9 @@ def _no_area(
     pointing at the axes. ``helped[d]`` (default: every node) says whether
     ``--drop-empty-axes`` would give node ``d`` an area: the note suggests it only then.
     A ``compute_share`` of 0 or 1 is named as the cause where it leaves two axes length 0.
+    ``observed[d]`` (default: none) says whether node ``d``'s observations give it a time
+    model: it then gets no samples from the initial split, but the rebalancing may move it
+    some (the note said "so no samples" beside a node given 637 of 1000: CLI probe).
     """
     import numpy as np
 
@@ -121,13 +125,19 @@ def _no_area(
     for d, node_id in enumerate(ids):
         if ratios[d] > 0:
             continue
+        gets = (
+            "so no samples from the initial split (its observations' time model may get it "
+            "some in the rebalancing)"
+            if observed is not None and observed[d]
+            else "so no samples"
+        )
         rated = [i for i in range(len(_RESOURCES)) if ev[d, i] > 0]
         names = ", ".join(_RESOURCES[i] for i in rated) if rated else "no resource"
         if rated and shaped[d]:
             exponent = max(float(np.log10(ev[d, i]) - np.log10(top[i])) for i in rated)
             fraction = f"{10.0**exponent:.3g}" if exponent > -300 else f"1e{exponent:.0f}"
             out.append(
-                f"node {node_id}: match ratio 0, so no samples: rated on {names}, but its "
+                f"node {node_id}: match ratio 0, {gets}: rated on {names}, but its "
                 f"scores are negligible next to the best node's (at most {fraction} of the "
                 "best rating on each resource), so its radar area rounds to 0; check its "
                 "profile and the best node's"
@@ -136,7 +146,7 @@ def _no_area(
         drop = " or pass --drop-empty-axes" if helped is None or helped[d] else ""
         hint = "" if dropped else f"; rate all four resources{drop}"
         out.append(
-            f"node {node_id}: match ratio 0, so no samples: rated on {names}, which gives "
+            f"node {node_id}: match ratio 0, {gets}: rated on {names}, which gives "
             f"no radar area{_zero_length_axes(compute_share)}{hint}"
         )
     return out

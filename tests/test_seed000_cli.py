@@ -579,3 +579,27 @@ def test_plan_names_a_p_c_of_1_as_why_nodes_have_no_area(
     (note,) = [line for line in capsys.readouterr().err.splitlines() if ": note: " in line]
     assert "node x: match ratio 0" in note
     assert "p_c = 0 gives the cpu and gpu axes length 0: only memory and disk count" in note
+
+
+def test_plan_note_of_a_no_area_node_with_observations_does_not_say_no_samples(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by a CLI probe: a node of match ratio 0 whose observations give a time model
+    takes samples in the rebalancing (637 of 1000 there), and the note said "so no samples"."""
+    full = {"cpu": 1.0, "gpu": 1.0, "memory": 1.0, "disk": 1.0}
+    nodes = [{"id": "a", "resources": {"cpu": 5.0}}, {"id": "b", "resources": full}]
+    profiles = write(tmp_path, "p.json", {"nodes": nodes})
+    obs = write(
+        tmp_path, "o.json", {"a": [[100, 1.0], [200, 2.0]], "b": [[100, 10.0], [200, 20.0]]}
+    )
+    base = ["plan", "--profiles", profiles, "--total-samples", "100", "--compute-share", "0.4"]
+    assert main([*base, "--observations", obs, "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["nodes"][0]["samples"] > 0
+    (note,) = [line for line in captured.err.splitlines() if ": note: " in line]
+    assert "node a: match ratio 0, so no samples from the initial split" in note
+    assert "may get it some in the rebalancing" in note
+    assert main([*base, "--observations", write(tmp_path, "q.json", {"b": [[1, 2.0]]})]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if "note: node a" in line]
+    assert notes == [notes[0]]
+    assert "node a: match ratio 0, so no samples: rated on cpu" in notes[0]
