@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from strategies.loop import EventLoop
 
 __all__ = [
+    "checkpoint_name",
     "conform_arrays",
     "resume_from_checkpoint",
     "save_buffered_update",
@@ -77,6 +78,16 @@ def _saved_bases(loop: EventLoop, store: CheckpointStore) -> dict[int, list[npt.
     return out
 
 
+def checkpoint_name(loop: EventLoop) -> str:
+    """Return the strategy's name in its checkpoints: its class's, not the preset's.
+
+    ``EdgeStrategy.preset("edge-seed")`` logs as ``edge-seed`` but is the EdgeStrategy that
+    wrote ``edge`` into the checkpoints of earlier versions; an ``EdgeStrategy(...)`` built with
+    the preset's options is the same strategy too, so both resume an ``edge`` checkpoint.
+    """
+    return str(type(loop.strategy).name)
+
+
 def save_checkpoint(loop: EventLoop, record: AggregationRecord) -> None:
     """Write the audit lines of ``record``, then the run state and the (empty) buffer."""
     if loop.store is None:
@@ -84,7 +95,7 @@ def save_checkpoint(loop: EventLoop, record: AggregationRecord) -> None:
     now = loop.clock.now()
     rnd, ids, vals = loop.evaluation.last_values
     state = RunState(
-        strategy=loop.name,
+        strategy=checkpoint_name(loop),
         version=loop.version,
         clock=now,
         elapsed=now - loop.start_time,
@@ -197,7 +208,7 @@ def resume_from_checkpoint(loop: EventLoop, ids: list[int]) -> bool:
         log(INFO, "%s: a new run (resume is off): the old checkpoint moved to %s", loop.name, kept)
         return False
     state, ckpt = store.load_run(loop.keys)
-    if state.strategy != loop.name:  # another strategy's run: its rounds are not this one's
+    if state.strategy != checkpoint_name(loop):  # another strategy's run: not this one's
         kept = store.archive()
         log(
             WARNING,
@@ -206,7 +217,7 @@ def resume_from_checkpoint(loop: EventLoop, ids: list[int]) -> bool:
             loop.name,
             store.directory,
             state.strategy,
-            loop.name,
+            checkpoint_name(loop),
             kept,
         )
         return False

@@ -460,6 +460,33 @@ def test_another_strategys_checkpoint_is_not_resumed(tmp_path: Path) -> None:
     assert json.loads((tmp_path / STATE_FILE).read_text())["strategy"] == "fedbuff"
 
 
+def test_an_edge_seed_preset_resumes_the_checkpoint_of_its_edgestrategy(tmp_path: Path) -> None:
+    """``EdgeStrategy.preset("edge-seed")`` logs under its preset's name (fourteenth session),
+    but it is the EdgeStrategy that wrote ``'edge'`` into its checkpoints before: it resumed
+    none of them (a new run, the old checkpoint moved aside as another strategy's), nor the
+    run of an ``EdgeStrategy(...)`` built with the seed's options."""
+    from conftest import flwr_logs
+
+    _run(2, tmp_path, resume=True)  # EdgeStrategy(...): model averaging, as edge-seed
+    assert json.loads((tmp_path / STATE_FILE).read_text())["strategy"] == "edge"
+    grid = InProcessGrid(ToyEdge(speeds=[10.0, 20.0, 40.0, 80.0]), 4)
+    seed = EdgeStrategy.preset(
+        "edge-seed",
+        threshold=3,
+        clock=VirtualClock(wall=ManualClock()),
+        shares=SHARES,
+        checkpoint_dir=tmp_path,
+        resume=True,
+    )
+    with flwr_logs() as caplog:
+        seed.start(grid, model(0.0), num_rounds=4, evaluate_fn=accuracy_fn())
+    assert "edge-seed: resumed from" in caplog.text
+    assert "at round 2" in caplog.text
+    assert "was written by strategy" not in caplog.text
+    assert not list(tmp_path.glob("previous-*"))
+    assert json.loads((tmp_path / STATE_FILE).read_text())["strategy"] == "edge"
+
+
 @pytest.mark.parametrize("kind", ["edge-deltas", "fedbuff"])
 def test_a_stale_buffered_update_survives_a_kill_when_deltas_are_aggregated(
     tmp_path: Path, kind: str
