@@ -3,10 +3,11 @@
 ==============  =========================================================================
 name            what
 ==============  =========================================================================
-``digits-20``   scikit-learn's 8x8 digits, MLP, 20 clients, IID, 30x compute spread.
-                The default and the README's main job (a few minutes on 2 cores).
+``digits-20``   scikit-learn's 8x8 digits, MLP, 20 clients, IID, 30x compute spread,
+                20 % of the devices flaky. The default and the README's main job (a few
+                minutes on 2 cores).
 ``mnist1d-100`` MNIST-1D (generated offline), 1-D CNN, 100 clients, non-IID Dirichlet
-                0.5, 100x compute spread, a third of the devices flaky.
+                0.5, 100x compute spread, 30 % of the devices flaky.
 ``mnist1d-200-  MNIST-1D, 1-D CNN, 200 clients of 20 samples, each with its own label mix
 skew``          drawn from Dirichlet 0.1 (``client-dirichlet``: Flower's per-class split
                 cannot give 200 partitions a few samples each at alpha 0.1), 100x compute

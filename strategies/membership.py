@@ -259,10 +259,11 @@ class Membership:
         node.gone = True
 
     def refresh(self, *, force: bool = False) -> bool:
-        """Re-read the registration list (at most about once a second unless ``force``).
+        """Re-read the registration list, at most every ``max(1, 20 * poll_interval)`` s.
 
-        Nodes that registered after the start join with the median share; nodes that left
-        are gone; a node that registered again starts afresh. Return whether it re-read.
+        ``force`` re-reads it now. Nodes that registered after the start join with the median
+        share; nodes that left are gone; a node that registered again starts afresh. Return
+        whether it re-read.
         """
         real = self.clock.real_now()
         if not force and real < self.next_refresh:
