@@ -171,7 +171,7 @@ def test_a_lapsed_node_is_answered_node_unavailable_by_the_grid() -> None:
     assert 1004 in grid.get_node_ids()
 
 
-@pytest.mark.parametrize("lapse_at", [3.5, 5.5, 9.0])
+@pytest.mark.parametrize("lapse_at", [0.5, 1.0, 2.0, 3.5, 5.5, 9.0])
 def test_node_flower_reports_unavailable_gets_no_job_until_it_is_listed_again(
     lapse_at: float,
 ) -> None:
@@ -202,6 +202,43 @@ def test_node_flower_reports_unavailable_gets_no_job_until_it_is_listed_again(
     assert logs.matching("node 1004 is back")
     assert any(1004 in h.participants for h in strategy.history if h.time > restart_at)
     assert len(strategy.history) == 20
+
+
+def test_a_server_resumed_while_a_node_is_unavailable_takes_it_back_once_listed(
+    tmp_path: Path,
+) -> None:
+    """The server is killed while a node is gone on Flower's node-unavailable error; the
+    resumed run gets no job to it while the grid does not list it, and takes it back after."""
+    ckpt, restart_at = tmp_path / "ckpt", 10.0
+    clock = ScriptedClock()
+    grid = InProcessGrid(edge_app(), node_ids=NODES, clock=clock, latency=two_seconds)
+    first = make_strategy(clock)
+    first.checkpoint_dir = ckpt
+
+    def kill_after_four() -> None:
+        if len(first.history) >= 4:
+            raise ServerKilled
+
+    clock.actions = {3.5: lambda: grid.lapse(1004)}
+    clock.actions.update({t / 4: kill_after_four for t in range(20, 400)})
+    with pytest.raises(ServerKilled):
+        first.start(grid, initial_model(), num_rounds=12, timeout=20.0)
+    assert [e.kind for e in first.events if e.node_id == 1004 and e.time == 3.5] == ["forgotten"]
+
+    clock2 = ScriptedClock({restart_at: lambda: grid2.restart(1004)})
+    grid2 = InProcessGrid(edge_app(), node_ids=NODES, clock=clock2, latency=two_seconds)
+    grid2.lapse(1004)  # still down when the server comes back
+    times = push_times(grid2, clock2)
+    second = make_strategy(clock2)
+    second.checkpoint_dir, second.resume = ckpt, True
+    with capture_flwr_logs() as logs:
+        second.start(grid2, initial_model(), num_rounds=12, timeout=20.0)
+    assert logs.matching("resumed", "round 4")
+    assert len(second.history) == 12
+    sent = [times[m.metadata.message_id] for m in sent_to(grid2, 1004, after=0.0, times=times)]
+    assert sent, "the node was not taken back once listed"
+    assert min(sent) >= restart_at, "a job went to a node the grid did not list"
+    assert any(1004 in h.participants for h in second.history[4:])
 
 
 def test_node_whose_clientapp_raised_still_gets_the_next_job() -> None:
