@@ -260,3 +260,30 @@ def test_cli_cache_that_fails_after_profiling_keeps_the_report_on_stdout(
     assert "No space left on device" in err
     assert "on stdout only" in err
     assert list(tmp_path.iterdir()) == []  # no temporary file left behind
+
+
+def test_a_full_disk_leaves_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small report sits in the file's buffer until the file is closed: on a full disk the
+    error comes from that close, which left the temporary file behind (only ``write`` and
+    ``os.replace`` failures removed it)."""
+    import tempfile
+
+    real = tempfile.NamedTemporaryFile
+
+    class FullDisk:
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            self.file = real(*args, **kwargs)  # type: ignore[call-overload]
+
+        def __enter__(self) -> object:
+            return self.file.__enter__()
+
+        def __exit__(self, *exc: object) -> None:
+            self.file.__exit__(*exc)
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", FullDisk)
+    with pytest.raises(OSError, match="No space left on device"):
+        write_report(tmp_path, _report("quick", 100.0))
+    assert list(tmp_path.iterdir()) == []

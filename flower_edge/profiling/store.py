@@ -43,19 +43,18 @@ def write_report(folder: str | Path, report: ProfileReport) -> Path:
     """
     path = report_path(folder, report.mode)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(
-        "w", dir=path.parent, suffix=".json", delete=False, encoding="utf-8"
-    ) as tmp:
-        try:
-            tmp.write(report.to_json() + "\n")
-        except BaseException:
-            tmp.close()
-            Path(tmp.name).unlink(missing_ok=True)
-            raise
+    written: str | None = None
     try:
-        os.replace(tmp.name, path)
+        with tempfile.NamedTemporaryFile(
+            "w", dir=path.parent, suffix=".json", delete=False, encoding="utf-8"
+        ) as tmp:
+            written = tmp.name
+            tmp.write(report.to_json() + "\n")
+        # a full disk fails as the file is closed (its buffer flushed), not in write()
+        os.replace(written, path)
     except BaseException:
-        Path(tmp.name).unlink(missing_ok=True)
+        if written is not None:
+            Path(written).unlink(missing_ok=True)
         raise
     return path
 
