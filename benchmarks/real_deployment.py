@@ -376,8 +376,22 @@ def print_reanalysis(args: argparse.Namespace) -> None:
         args.out.write_text(json.dumps({"results": found}, indent=1, sort_keys=True))
 
 
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM into ``SystemExit(143)``, so that the deployment and the throttle unwind.
+
+    Without it a SIGTERM ended the script at once: the SuperLink, the SuperNodes and their
+    SuperExecs stayed up, and the throttled node's processes stayed stopped (SIGSTOP).
+    """
+
+    def _exit(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _exit)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    exit_on_sigterm()
     if args.reanalyze is not None:
         print_reanalysis(args)
         return 0
