@@ -31,7 +31,7 @@ def _record(action: argparse.Action, namespace: argparse.Namespace) -> None:
 
 
 class _Store(argparse.Action):
-    """``store``, and the option recorded in ``args.given``."""
+    """``store``, and the option recorded in ``args.given`` (its const with ``nargs=0``)."""
 
     def __call__(
         self,
@@ -40,11 +40,11 @@ class _Store(argparse.Action):
         values: str | Sequence[Any] | None,
         option_string: str | None = None,
     ) -> None:
-        setattr(namespace, self.dest, values)
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
         _record(self, namespace)
 
 
-class _StoreTrue(argparse.Action):
+class _StoreTrue(_Store):
     """``store_true``, and the option recorded in ``args.given``."""
 
     def __init__(
@@ -56,18 +56,8 @@ class _StoreTrue(argparse.Action):
         help: str | None = None,
     ) -> None:
         super().__init__(
-            option_strings, dest, nargs=0, default=default, required=required, help=help
+            option_strings, dest, nargs=0, const=True, default=default, required=required, help=help
         )
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: str | Sequence[Any] | None,
-        option_string: str | None = None,
-    ) -> None:
-        setattr(namespace, self.dest, True)
-        _record(self, namespace)
 
 
 def build_parser(subparsers: Any) -> argparse.ArgumentParser:

@@ -28,12 +28,14 @@ benchmark uses them too), the real-deployment harness in ``deploy_harness.py``.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any, cast
 
 import numpy as np
@@ -410,6 +412,45 @@ def example_doc() -> dict[str, Any]:
     }
 
 
+def rated_report(
+    cpu: float,
+    *,
+    memory: float = 100.0,
+    disk: float = 100.0,
+    mode: str = "quick",
+    cores: int = 1,
+    elapsed: float = 1.0,
+    reason: str = "test device",
+) -> Any:
+    """Return a valid ProfileReport rating cpu, memory and disk at these rates, with no GPU."""
+    from flower_edge.profiling.report import (
+        HostFacts,
+        ProfileReport,
+        ResourceReport,
+        WorkloadResult,
+    )
+
+    def rated(name: str, rate: float) -> ResourceReport:
+        work = WorkloadResult.measured(f"{name}-256", 256, 256 / rate, 1.0)
+        return ResourceReport.from_workloads([work], reason=reason)
+
+    resources = {
+        "cpu": rated("cpu", cpu),
+        "gpu": ResourceReport.absent("no gpu"),
+        "memory": rated("memory", memory),
+        "disk": rated("disk", disk),
+    }
+    host = HostFacts(
+        cores=cores,
+        cpu_model="test",
+        memory_bytes=2**30,
+        gpu_name=None,
+        load_average=(0.0, 0.0, 0.0),
+        platform="test",
+    )
+    return ProfileReport(host, resources, mode, elapsed)  # type: ignore[arg-type]
+
+
 class Probe:
     """A virtual probe whose CPU rating is the device speed (a valid ProfileReport)."""
 
@@ -417,29 +458,21 @@ class Probe:
         self.cpu = cpu
 
     def profile(self, mode: str) -> Any:
-        from flower_edge.profiling.report import (
-            HostFacts,
-            ProfileReport,
-            ResourceReport,
-            WorkloadResult,
-        )
+        return rated_report(self.cpu)
 
-        def rated(name: str, rate: float) -> ResourceReport:
-            work = WorkloadResult.measured(f"{name}-256", 256, 256 / rate, 1.0)
-            return ResourceReport.from_workloads([work], reason="test device")
 
-        resources = {
-            "cpu": rated("cpu", self.cpu),
-            "gpu": ResourceReport.absent("no gpu"),
-            "memory": rated("memory", 100.0),
-            "disk": rated("disk", 100.0),
-        }
-        host = HostFacts(
-            cores=1,
-            cpu_model="test",
-            memory_bytes=2**30,
-            gpu_name=None,
-            load_average=(0.0, 0.0, 0.0),
-            platform="test",
-        )
-        return ProfileReport(host, resources, "quick", 1.0)
+def load_benchmark(name: str) -> ModuleType:
+    """Import ``benchmarks/<name>.py`` (a script, not a package) as a module."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+#: the fields of ``flower-edge analyze --json`` (``ModelProfile.to_dict``)
+ANALYZE_FIELDS = frozenset(
+    {"operators", "mean_intensity", "compute_share", "memory_share", "share", "includes_backward"}
+)

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import rated_report
 from flwr.app import ConfigRecord, Context, RecordDict
 
 from clients.examples import mlp_app
@@ -17,34 +18,16 @@ from flower_edge.cli import main
 from flower_edge.errors import ConfigError, InputError
 from flower_edge.profiling import HostProbe
 from flower_edge.profiling.report import (
-    HostFacts,
     ProfileReport,
-    ResourceReport,
-    WorkloadResult,
 )
 from flower_edge.profiling.store import read_report, report_path, write_report
 
 
 def _report(mode: str, cpu: float) -> ProfileReport:
-    def rated(name: str, rate: float) -> ResourceReport:
-        work = WorkloadResult.measured(f"{name}-256", 256, 256 / rate, 1.0)
-        return ResourceReport.from_workloads([work], reason="test")
-
-    resources = {
-        "cpu": rated("cpu", cpu),
-        "gpu": ResourceReport.absent("no gpu"),
-        "memory": rated("memory", 50.0),
-        "disk": rated("disk", 20.0),
-    }
-    host = HostFacts(
-        cores=2,
-        cpu_model="test",
-        memory_bytes=2**30,
-        gpu_name=None,
-        load_average=(0.0, 0.0, 0.0),
-        platform="test",
+    report: ProfileReport = rated_report(
+        cpu, memory=50.0, disk=20.0, mode=mode, cores=2, elapsed=0.5, reason="test"
     )
-    return ProfileReport(host, resources, mode, 0.5)  # type: ignore[arg-type]
+    return report
 
 
 class CountingProbe:

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
-from conftest import TINY
+from conftest import TINY, load_benchmark
 
 from flower_edge.profiling import PLANS
 from flower_edge.profiling import probe as probe_mod
@@ -20,15 +18,6 @@ from flower_edge.profiling.window import CounterWindow
 
 torch = pytest.importorskip("torch")
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
-
-
-def load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
@@ -80,7 +69,7 @@ def fake_gpu(monkeypatch: pytest.MonkeyPatch, utilization: float) -> None:
 def test_check_mode_reports_the_ratio_and_the_missed_targets(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    script = load_script()
+    script = load_benchmark("gpu_check")
     fake_gpu(monkeypatch, utilization=0.5)
     torch.set_num_threads(1)
     record, missed = script.check_mode("full", str(tmp_path))
@@ -102,7 +91,7 @@ def test_check_mode_reports_the_ratio_and_the_missed_targets(
 def test_check_mode_quick_passes_the_utilisation_check(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    script = load_script()
+    script = load_benchmark("gpu_check")
     fake_gpu(monkeypatch, utilization=0.9)
     torch.set_num_threads(1)
     _, missed = script.check_mode("quick", str(tmp_path))
@@ -112,7 +101,7 @@ def test_check_mode_quick_passes_the_utilisation_check(
 def test_cpu_dry_run_runs_the_sizing_on_the_cpu(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    script = load_script()
+    script = load_benchmark("gpu_check")
     tiny = dataclasses.replace(TINY, repeats=1, gpu_run_budget=0.02, gpu_sizing_budget=0.04)
     monkeypatch.setitem(PLANS, "full", tiny)
     threads = torch.get_num_threads()

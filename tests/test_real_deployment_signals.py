@@ -2,31 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import time
-from pathlib import Path
-from types import ModuleType
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "real_deployment.py"
-
-
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("real_deployment", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from conftest import load_benchmark
 
 
 def test_a_sigterm_runs_the_cleanup_of_the_deployment() -> None:
     """A SIGTERM used to end the script without leaving its ``with`` blocks: the SuperLink
     and SuperNodes stayed up, the throttled node's processes stopped."""
-    script = _script()
+    script = load_benchmark("real_deployment")
     previous = signal.getsignal(signal.SIGTERM)
     cleaned: list[str] = []
 

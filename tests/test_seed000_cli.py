@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import ANALYZE_FIELDS
 
 from flower_edge.allocation import TimeModel, fit_time_model, predicted_makespan
 from flower_edge.cli import main
@@ -43,14 +44,7 @@ def fails(argv: list[str], capsys: pytest.CaptureFixture[str], match: str) -> No
 # ---------------------------------------------------------------- analyze
 def test_analyze_bundled_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
     doc = run_json(["analyze", "cnn", "--input-shape", "8,1,28,28", "--json"], capsys)
-    assert set(doc) == {
-        "operators",
-        "mean_intensity",
-        "compute_share",
-        "memory_share",
-        "share",
-        "includes_backward",
-    }
+    assert set(doc) == ANALYZE_FIELDS
     assert (doc["share"], doc["includes_backward"]) == ("count", True)  # the defaults
     for op in doc["operators"]:
         assert set(op) == {"name", "op", "flops", "bytes", "intensity", "kind"}

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+from conftest import ANALYZE_FIELDS
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -209,14 +210,7 @@ def test_data_dependent_model_falls_back_to_a_real_run() -> None:
 def test_to_dict_matches_contract() -> None:
     profile = analyze_model(build_model("mlp"), torch.zeros(4, 64))
     data = json.loads(json.dumps(profile.to_dict()))
-    assert set(data) == {
-        "operators",
-        "mean_intensity",
-        "compute_share",
-        "memory_share",
-        "share",
-        "includes_backward",
-    }
+    assert set(data) == ANALYZE_FIELDS
     assert (data["share"], data["includes_backward"]) == ("count", True)
     assert set(data["operators"][0]) == {"name", "op", "flops", "bytes", "intensity", "kind"}
     assert {o["kind"] for o in data["operators"]} == {"compute", "memory"}

@@ -26,15 +26,19 @@ pytestmark = pytest.mark.timeout(60)
 SHARES = ShareConfig(profile=False, total_samples=400, rebalance="seed")
 
 
-def _run(rounds: int, directory: Path, resume: bool = False) -> tuple[EdgeStrategy, InProcessGrid]:
-    grid = InProcessGrid(ToyEdge(speeds=[10.0, 20.0, 40.0, 80.0]), 4)
-    strategy = EdgeStrategy(
+def _edge(directory: Path, resume: bool) -> EdgeStrategy:
+    return EdgeStrategy(
         threshold=3,
         clock=VirtualClock(wall=ManualClock()),
         shares=SHARES,
         checkpoint_dir=directory,
         resume=resume,
     )
+
+
+def _run(rounds: int, directory: Path, resume: bool = False) -> tuple[EdgeStrategy, InProcessGrid]:
+    grid = InProcessGrid(ToyEdge(speeds=[10.0, 20.0, 40.0, 80.0]), 4)
+    strategy = _edge(directory, resume)
     strategy.start(grid, model(0.0), num_rounds=rounds, evaluate_fn=accuracy_fn())
     return strategy, grid
 
@@ -52,13 +56,7 @@ def _global_file(directory: Path) -> Path:
 def _refused_on_resume(directory: Path, match: str) -> None:
     """Resuming from ``directory`` raises an InputError matching ``match`` before any message."""
     grid = InProcessGrid(ToyEdge(), 4)
-    strategy = EdgeStrategy(
-        threshold=3,
-        clock=VirtualClock(wall=ManualClock()),
-        shares=SHARES,
-        checkpoint_dir=directory,
-        resume=True,
-    )
+    strategy = _edge(directory, resume=True)
     with pytest.raises(InputError, match=match):
         strategy.start(grid, model(0.0), num_rounds=4)
     assert grid.pushed == []
