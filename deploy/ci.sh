@@ -21,7 +21,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/setup.sh"
 # shellcheck source=/dev/null
 source "$root/scripts/env.sh"
+trap flower_edge_remove_tmp EXIT
 cd "$root"
-exec "$root/.venv/bin/pytest" -m "slow" \
+"$root/.venv/bin/pytest" -m "slow" \
   tests/test_deploy_e2e.py tests/test_faults_deployment.py tests/test_deploy_restarts.py \
   tests/test_sim_flwr_run_sizes.py "$@"

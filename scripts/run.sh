@@ -5,5 +5,6 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/setup.sh"
 # shellcheck source=/dev/null
 source "$root/scripts/env.sh"
+trap flower_edge_remove_tmp EXIT
 cd "$root"
-exec "$root/.venv/bin/flower-edge" simulate "$@"
+"$root/.venv/bin/flower-edge" simulate "$@"

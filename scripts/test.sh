@@ -5,6 +5,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/setup.sh"
 # shellcheck source=/dev/null
 source "$root/scripts/env.sh"
+trap flower_edge_remove_tmp EXIT
 cd "$root"
 bin="$root/.venv/bin"
 echo "[test] ruff check";           "$bin/ruff" check .
