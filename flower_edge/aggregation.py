@@ -25,7 +25,9 @@ Numerical care
 
 Arrays whose reference dtype is not floating point (integer counters such as batch-norm's
 ``num_batches_tracked``, booleans) are averaged too and rounded to the nearest value (half to
-even) when cast back.
+even) when cast back, so they keep their dtype (a bool mask is a weighted majority vote);
+Flower's FedAvg returns their float64 average instead. A sum of deltas of such arrays takes
+int64 as their reference (:func:`flower_edge.arrays.delta_reference`).
 """
 
 from __future__ import annotations

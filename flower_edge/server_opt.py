@@ -54,7 +54,7 @@ import numpy.typing as npt
 
 from flower_edge import validate
 from flower_edge.aggregation import WeightedSum
-from flower_edge.arrays import NDArray, cast_like
+from flower_edge.arrays import NDArray, cast_like, delta_reference
 from flower_edge.errors import InputError
 
 __all__ = [
@@ -443,7 +443,7 @@ class StepSum(WeightedSum):
     ) -> None:
         validate.number("lr", lr, low=0.0, low_inclusive=False, error=InputError)
         validate.number("scale", scale, error=InputError)
-        super().__init__(global_arrays)
+        super().__init__(delta_reference(global_arrays))  # non-float terms as int64
         self._step_global = [np.asarray(a) for a in global_arrays]
         self._step_lr = float(lr)
         self._step_offset = offset

@@ -19,7 +19,7 @@ import numpy as np
 
 from flower_edge import validate
 from flower_edge.aggregation import WeightedSum
-from flower_edge.arrays import NDArray, cast_like
+from flower_edge.arrays import NDArray, cast_like, delta_reference
 from flower_edge.errors import ConfigError
 from flower_edge.server_opt import staleness_scale
 from strategies.base import SemiAsyncStrategy, StrategyOptions
@@ -88,7 +88,8 @@ class _StepSum(WeightedSum):
     """
 
     def __init__(self, global_arrays: Sequence[NDArray], lr: float, *, deltas: bool) -> None:
-        super().__init__(global_arrays)
+        # deltas of a bool or uint8 array are int64 (negative when a value goes down)
+        super().__init__(delta_reference(global_arrays) if deltas else global_arrays)
         self._global = [np.asarray(a) for a in global_arrays]
         self._lr = lr
         self._deltas = deltas

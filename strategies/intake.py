@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from strategies.loop import EventLoop
 
 __all__ = [
+    "INTEGER_MODEL_HINT",
     "absurd_examples",
     "accept_finished",
     "averaged_app_metrics",
@@ -222,6 +223,17 @@ def name_array(reason: str, keys: Sequence[str]) -> str:
     return reason
 
 
+#: the tail of check_update's reason for a float array where the global model's is not
+_FLOAT_FOR_INT = "expected non-float like"
+#: appended to that reason: FedAvg averages such an array into float64, this strategy keeps
+#: the model's dtypes (docs/dropin.md)
+INTEGER_MODEL_HINT = (
+    " (the initial model's array is an integer or bool one, which the strategy keeps: build "
+    "initial_arrays with a float dtype for the arrays the ClientApp trains, e.g. "
+    "np.array(..., dtype=np.float64); FedAvg would average it into float64)"
+)
+
+
 def update_problem(
     reply: TrainReply,
     share: int,
@@ -247,7 +259,7 @@ def update_problem(
         return "missed its deadline (accept_late is off)"
     reason = check_update(list(reply.arrays or ()), list(global_arrays))
     if reason is not None:
-        return name_array(reason, keys)
+        return name_array(reason, keys) + (INTEGER_MODEL_HINT if _FLOAT_FOR_INT in reason else "")
     if share > 0 and reply.num_examples > absurd_factor * share:
         return f"absurd {wire.NUM_EXAMPLES} {reply.num_examples} for a share of {share}"
     return None
