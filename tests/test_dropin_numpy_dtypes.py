@@ -156,6 +156,34 @@ def test_an_integer_model_trained_as_float_is_refused_with_the_fix() -> None:
     assert logs.matching("no update can arrive", INTEGER_MODEL_HINT, level=logging.ERROR)
 
 
+def test_quickstart_numpys_list_metric_and_an_evaluate_fn_that_skips_rounds() -> None:
+    # as docs/dropin.md says of quickstart-numpy: its evaluate handler's list metric is averaged
+    # element by element, and rounds whose evaluate_fn returns None are left out of the Result
+    app = _app(_train_floats)
+
+    @app.evaluate()
+    def evaluate(msg: Message, ctx: Context) -> Message:
+        pid = int(ctx.node_config["partition-id"])
+        metrics = MetricRecord({"random_metric": [float(pid), 1.0, 2.0], "num-examples": 1})
+        return Message(RecordDict({"metrics": metrics}), reply_to=msg)
+
+    def every_other(rnd: int, arrays: ArrayRecord) -> MetricRecord | None:
+        return None if rnd % 2 else MetricRecord({"accuracy": 0.5})
+
+    with flwr_logs() as logs:
+        result = EdgeStrategy(threshold=1, fraction_evaluate=1.0).start(
+            grid=InProcessGrid(app, 2),
+            initial_arrays=ArrayRecord({"w": Array(np.ones((1, 1)))}),
+            num_rounds=4,
+            evaluate_fn=every_other,
+        )
+    assert sorted(result.evaluate_metrics_serverapp) == [0, 2, 4]
+    assert logs.matching("└──> MetricRecord: None")
+    final = result.evaluate_metrics_clientapp[4]["random_metric"]
+    assert isinstance(final, list)
+    assert final == pytest.approx([0.5, 1.0, 2.0])  # both nodes asked once training stopped
+
+
 @pytest.mark.parametrize(
     ("ref_dtype", "values", "expected"),
     [
