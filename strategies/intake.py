@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "INTEGER_MODEL_HINT",
+    "INTEGER_REPLY_HINT",
     "absurd_examples",
     "accept_finished",
     "averaged_app_metrics",
@@ -223,15 +224,30 @@ def name_array(reason: str, keys: Sequence[str]) -> str:
     return reason
 
 
-#: the tail of check_update's reason for a float array where the global model's is not
+#: the tails of check_update's reasons for an array of the other kind than the model's
+#: (float where the global model's is an integer or bool one, or the reverse)
 _FLOAT_FOR_INT = "expected non-float like"
-#: appended to that reason: FedAvg averages such an array into float64, this strategy keeps
-#: the model's dtypes (docs/dropin.md)
+_INT_FOR_FLOAT = "expected float like"
+#: appended to the first: FedAvg averages such an array into float64, this strategy keeps the
+#: model's dtypes (docs/dropin.md)
 INTEGER_MODEL_HINT = (
     " (the initial model's array is an integer or bool one, which the strategy keeps: build "
     "initial_arrays with a float dtype for the arrays the ClientApp trains, e.g. "
     "np.array(..., dtype=np.float64); FedAvg would average it into float64)"
 )
+#: appended to the second
+INTEGER_REPLY_HINT = (
+    " (the strategy keeps the initial model's float dtype: send this array back as float, "
+    "e.g. with .astype(np.float64), or build initial_arrays with the integer dtype the "
+    "ClientApp sends; FedAvg would average it into float64)"
+)
+
+
+def _kind_hint(reason: str) -> str:
+    """Return how to fix an array of the other kind than the model's (``""`` for others)."""
+    if _FLOAT_FOR_INT in reason:
+        return INTEGER_MODEL_HINT
+    return INTEGER_REPLY_HINT if _INT_FOR_FLOAT in reason else ""
 
 
 def update_problem(
@@ -259,7 +275,7 @@ def update_problem(
         return "missed its deadline (accept_late is off)"
     reason = check_update(list(reply.arrays or ()), list(global_arrays))
     if reason is not None:
-        return name_array(reason, keys) + (INTEGER_MODEL_HINT if _FLOAT_FOR_INT in reason else "")
+        return name_array(reason, keys) + _kind_hint(reason)
     if share > 0 and reply.num_examples > absurd_factor * share:
         return f"absurd {wire.NUM_EXAMPLES} {reply.num_examples} for a share of {share}"
     return None

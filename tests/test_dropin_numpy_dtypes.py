@@ -32,7 +32,7 @@ from flwr.serverapp.strategy import FedAvg, Strategy
 
 from flower_edge.arrays import cast_like, delta_reference
 from strategies import EdgeStrategy, FedAsync, FedBuff, InProcessGrid
-from strategies.intake import INTEGER_MODEL_HINT
+from strategies.intake import INTEGER_MODEL_HINT, INTEGER_REPLY_HINT
 
 Arrays = dict[str, np.ndarray]
 
@@ -154,6 +154,19 @@ def test_an_integer_model_trained_as_float_is_refused_with_the_fix() -> None:
     assert rejected, logs.text
     assert all(INTEGER_MODEL_HINT in line for line in rejected)
     assert logs.matching("no update can arrive", INTEGER_MODEL_HINT, level=logging.ERROR)
+
+
+def test_an_integer_reply_for_a_float_model_is_refused_with_the_fix() -> None:
+    def counted(arrays: Arrays, _: int) -> Arrays:
+        return {"seen": np.array([3, 4]), "w": arrays["w"] + 1}
+
+    model = {"seen": np.zeros(2), "w": np.zeros(2, np.float32)}
+    with flwr_logs() as logs:
+        _run(EdgeStrategy(threshold=1), _app(counted), model, rounds=1)
+    rejected = logs.matching("array 0 ('seen') has non-float dtype int64", level=logging.WARNING)
+    assert rejected, logs.text
+    assert all(INTEGER_REPLY_HINT in line for line in rejected)
+    assert not logs.matching(INTEGER_MODEL_HINT)
 
 
 def test_quickstart_numpys_list_metric_and_an_evaluate_fn_that_skips_rounds() -> None:
