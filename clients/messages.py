@@ -97,13 +97,14 @@ def config_of(content: RecordDict) -> ConfigRecord:
 
     A strategy built with FedAvg's ``configrecord_key`` sends it under another key; the only
     ConfigRecord of the message is read then, as :func:`parse_arrays` reads the ArrayRecord.
+    Records are looked up by type: with ``arrayrecord_key="config"`` the ArrayRecord holds the
+    name ``config``, and the ConfigRecord is the one under ``configrecord_key``.
     """
-    rec = content.get(wire.CONFIG)
+    records = dict(content.config_records)
+    rec = records.get(wire.CONFIG)
     if rec is None:
-        found = list(content.config_records.values())
+        found = list(records.values())
         return found[0] if len(found) == 1 else ConfigRecord()
-    if not isinstance(rec, ConfigRecord):
-        raise InputError(f"record {wire.CONFIG!r} must be a ConfigRecord")
     return rec
 
 
@@ -113,15 +114,13 @@ def parse_arrays(content: RecordDict) -> ArrayRecord | None:
     Raises
     ------
     InputError
-        If the record is not an ArrayRecord, there are several, or an array holds NaN or Inf
-        (a diverged global model: training from it gives NaN).
+        If there are several ArrayRecords and none under ``arrays``, or an array holds NaN or
+        Inf (a diverged global model: training from it gives NaN).
     """
-    rec = content.get(wire.ARRAYS)
-    if rec is not None:
-        if not isinstance(rec, ArrayRecord):
-            raise InputError(f"record {wire.ARRAYS!r} must be an ArrayRecord")
-    else:
-        found = list(content.array_records.values())
+    records = dict(content.array_records)  # by type, as config_of: the key may name another
+    rec = records.get(wire.ARRAYS)
+    if rec is None:
+        found = list(records.values())
         if len(found) > 1:
             raise InputError(f"message carries {len(found)} ArrayRecords, expected at most one")
         rec = found[0] if found else None

@@ -372,3 +372,41 @@ def test_flower_edges_own_clientapp_reads_its_config_under_another_key() -> None
     assert "equal share" not in text  # each node answered its profile request
     assert "no flower-edge profile" not in text
     assert not [r for r in logs.records if r.levelno >= logging.WARNING]
+
+
+@pytest.mark.parametrize(("arrays_key", "config_key"), [("config", "cfg"), ("cfg", "arrays")])
+def test_flower_edges_own_clientapp_runs_with_the_record_keys_crossed(
+    arrays_key: str, config_key: str
+) -> None:
+    """Found by a probe: with ``arrayrecord_key="config"`` flower-edge's own ClientApp took the
+    ArrayRecord under ``config`` for its ConfigRecord and refused every message ("record
+    'config' must be a ConfigRecord"; ``configrecord_key="arrays"`` the same for its
+    ArrayRecord): the run stalled after four rounds of rejected replies. Records are now
+    looked up by type."""
+    from torch.utils.data import TensorDataset
+
+    from clients.app import build_client_app
+    from clients.task import Task
+    from flower_edge.models import MLP
+
+    x, y = _data(1, 60)
+    task = Task(
+        model_fn=lambda: MLP(in_features=8, hidden=16, num_classes=3),
+        load_data=lambda ctx: (TensorDataset(x[:48], y[:48]), TensorDataset(x[48:], y[48:])),
+        batch_size=16,
+    )
+    app = build_client_app(task, probe_fn=lambda ctx: Probe(50.0))
+    strategy = EdgeStrategy(
+        threshold=2,
+        stop=StopConfig(),
+        arrayrecord_key=arrays_key,
+        configrecord_key=config_key,
+        fraction_evaluate=1.0,
+    )
+    torch.manual_seed(0)
+    initial = ArrayRecord(MLP(in_features=8, hidden=16, num_classes=3).state_dict())
+    with flwr_logs() as logs:
+        result = strategy.start(InProcessGrid(app, 3), initial, num_rounds=1, timeout=60)
+    assert not [r.getMessage() for r in logs.records if r.levelno >= logging.WARNING]
+    assert 1 in result.train_metrics_clientapp
+    assert "eval-accuracy" in result.evaluate_metrics_clientapp[1]
