@@ -131,10 +131,14 @@ def parse_arrays(content: RecordDict) -> ArrayRecord | None:
 
 
 def _int(cfg: ConfigRecord, key: str, low: int | None = 0) -> int | None:
-    value = cfg.get(key)
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return validate.integer(f"config {key!r}", value, low=low, allow_none=True, error=InputError)
+    return validate.integer(
+        f"config {key!r}",
+        cfg.get(key),
+        low=low,
+        allow_none=True,
+        integral_float=True,
+        error=InputError,
+    )
 
 
 def _real(

@@ -83,10 +83,9 @@ class ClientSettings:
         """
 
         def integer(key: str, default: int, low: int, high: int | None = None) -> int:
-            value = run_config.get(key, default)
-            if isinstance(value, float) and value.is_integer():
-                value = int(value)  # a TOML float such as 32.0
-            return validate.integer(f"run config {key!r}", value, low=low, high=high)
+            value = run_config.get(key, default)  # a TOML float such as 32.0 is taken as 32
+            name = f"run config {key!r}"
+            return validate.integer(name, value, low=low, high=high, integral_float=True)
 
         learning_rate = validate.number(
             f"run config {LEARNING_RATE!r}",

@@ -312,7 +312,12 @@ def read_profiles(data: Any) -> tuple[list[str], list[list[float]], list[int | N
             raise InputError(f"{where}.id {node_id!r} duplicates nodes[{seen[node_id]}].id")
         seen[node_id] = i
         capacity = validate.integer(
-            f"{where}.capacity", entry.get("capacity"), low=0, allow_none=True, error=InputError
+            f"{where}.capacity",
+            entry.get("capacity"),
+            low=0,
+            allow_none=True,
+            integral_float=True,  # 400.0: pandas and JavaScript write whole numbers so
+            error=InputError,
         )
         ids.append(node_id)
         evaluations.append(_resources(entry, where))

@@ -303,9 +303,16 @@ MODELS: dict[str, Callable[..., nn.Module]] = {
 MAX_PARAMETERS: Final = 10**8
 
 
-def _check_kwargs(name: str, factory: Callable[..., nn.Module], kwargs: dict[str, Any]) -> None:
-    """Check each keyword argument against the factory's signature and its bounds."""
+def _check_kwargs(
+    name: str, factory: Callable[..., nn.Module], kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    """Check each keyword argument against the factory's signature and its bounds.
+
+    Return the arguments with each integer one as an ``int`` (``--model-kwargs`` is JSON, whose
+    writers may emit ``64.0`` for ``64``).
+    """
     accepted = inspect.signature(factory).parameters
+    out = dict(kwargs)
     for key, value in kwargs.items():
         if key not in accepted:
             raise InputError(
@@ -315,17 +322,20 @@ def _check_kwargs(name: str, factory: Callable[..., nn.Module], kwargs: dict[str
         if isinstance(default, bool):
             validate.boolean(key, value, error=InputError)
         elif isinstance(default, int):
-            validate.integer(key, value, low=1, high=MAX_PARAMETERS, error=InputError)
+            out[key] = validate.integer(
+                key, value, low=1, high=MAX_PARAMETERS, integral_float=True, error=InputError
+            )
+    return out
 
 
 def build_model(name: str, **kwargs: Any) -> nn.Module:
     """Build a bundled model by name.
 
     Every integer keyword argument is a size or a count (features, classes, widths, heads):
-    an integer in ``[1, MAX_PARAMETERS]`` (not a float such as ``2.0``, nor a ``bool``); a
-    flag such as ``small_input`` is a ``bool``. The model is first built on torch's ``meta``
-    device (shapes only, no memory; the RNG state is restored after it) to count its
-    parameters: at most :data:`MAX_PARAMETERS` (``10**8``).
+    an integer in ``[1, MAX_PARAMETERS]`` (a whole float such as ``2.0`` is taken as ``2``;
+    not ``2.5``, nor a ``bool``); a flag such as ``small_input`` is a ``bool``. The model is
+    first built on torch's ``meta`` device (shapes only, no memory; the RNG state is restored
+    after it) to count its parameters: at most :data:`MAX_PARAMETERS` (``10**8``).
 
     Raises
     ------
@@ -340,7 +350,7 @@ def build_model(name: str, **kwargs: Any) -> nn.Module:
         raise InputError(
             f"unknown model {name!r}; bundled models: {', '.join(sorted(MODELS))}"
         ) from None
-    _check_kwargs(name, factory, kwargs)
+    kwargs = _check_kwargs(name, factory, kwargs)
     with torch.random.fork_rng(devices=[]), torch.device("meta"):  # the RNG state is kept
         count = sum(p.numel() for p in factory(**kwargs).parameters())
     if count > MAX_PARAMETERS:

@@ -27,13 +27,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from numbers import Integral, Real
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 if TYPE_CHECKING:  # numpy is imported where an array is checked: the CLIs start without it
     import numpy as np
     import numpy.typing as npt
 
 from flower_edge.errors import ConfigError
+
+_T = TypeVar("_T")
 
 __all__ = [
     "boolean",
@@ -45,6 +47,7 @@ __all__ = [
     "from_text",
     "probability",
     "text",
+    "whole",
 ]
 
 
@@ -274,6 +277,7 @@ def integer(
     low: int | None = ...,
     high: int | None = ...,
     allow_none: Literal[False] = ...,
+    integral_float: bool = ...,
     error: type[Exception] = ...,
 ) -> int: ...
 
@@ -286,6 +290,7 @@ def integer(
     low: int | None = ...,
     high: int | None = ...,
     allow_none: bool,
+    integral_float: bool = ...,
     error: type[Exception] = ...,
 ) -> int | None: ...
 
@@ -297,9 +302,14 @@ def integer(
     low: int | None = None,
     high: int | None = None,
     allow_none: bool = False,
+    integral_float: bool = False,
     error: type[Exception] = ConfigError,
 ) -> int | None:
     """Check an integer (``int`` or numpy integer, not ``bool`` nor ``2.0``) in ``[low, high]``.
+
+    Values read from JSON or TOML pass ``integral_float=True``: their writers (pandas,
+    JavaScript, a TOML ``3.0``) emit whole numbers as ``400.0``, which is then taken as ``400``;
+    ``400.5``, NaN and infinity are still refused.
 
     Parameters
     ----------
@@ -311,6 +321,8 @@ def integer(
         Inclusive bounds; ``None`` (default) is unbounded on that side.
     allow_none : bool (default: False)
         Accept ``None`` ("not set") and return it unchanged.
+    integral_float : bool (default: False)
+        Accept a float that holds a whole number (``400.0``, see :func:`whole`).
     error : type of Exception (default: ConfigError)
         The exception class to raise (``InputError`` for bad input rather than settings).
 
@@ -327,13 +339,40 @@ def integer(
     if value is None and allow_none:
         return None
     bounds = describe_range(low, high)
+    checked = whole(value) if integral_float else value
     if (
-        isinstance(value, bool)
-        or not isinstance(value, Integral)
-        or not _inside(int(value), low, high, True, True)
-    ):
+        isinstance(checked, bool)
+        or not isinstance(checked, Integral)
+        or not _inside(int(checked), low, high, True, True)
+    ):  # the message shows the value as received: 1e+30, not its 31 digits
         raise error(f"{_with_range(f'{name} must be an integer', bounds)}, got {value!r}")
-    return int(value)
+    return int(checked)
+
+
+def whole(value: _T) -> _T | int:
+    """Return a float that holds a whole number as an ``int``, anything else unchanged.
+
+    JSON and TOML writers emit whole numbers as floats (``400.0``); :func:`integer` with
+    ``integral_float=True`` takes them through this function. ``bool``, integers, ``400.5``,
+    NaN and infinity come back unchanged (for :func:`integer` to refuse or accept).
+
+    Parameters
+    ----------
+    value : object
+        Any value; numpy floats count as floats.
+
+    Returns
+    -------
+    int or type of value
+        ``int(value)`` for a finite, whole float; ``value`` otherwise.
+    """
+    if isinstance(value, bool | Integral) or not isinstance(value, Real):
+        return value
+    try:
+        as_float = float(value)
+    except OverflowError:  # a Fraction beyond the float range
+        return value
+    return int(as_float) if math.isfinite(as_float) and as_float.is_integer() else value
 
 
 def from_text(text: str, kind: type[int] | type[float]) -> object:

@@ -242,10 +242,9 @@ class SimSettings:
             return validate.text(f"run config {key!r}", cfg[key], allow_empty=True)
 
         def integer(key: str, high: int | None = None) -> int:
-            value = cfg[key]
-            if isinstance(value, float) and value.is_integer():
-                value = int(value)  # a TOML float such as 3.0
-            return validate.integer(f"run config {key!r}", value, low=0, high=high)
+            value = cfg[key]  # a TOML float such as 3.0 is taken as 3
+            name = f"run config {key!r}"
+            return validate.integer(name, value, low=0, high=high, integral_float=True)
 
         def real(key: str, low: float | None = None) -> float:
             return validate.number(f"run config {key!r}", cfg[key], low=low, finite=False)

@@ -136,7 +136,7 @@ def test_a_node_without_an_area_is_still_told_to_rate_its_axes(
         ("mlp", "8,64", '{"hidden": 100000000000}', "hidden must be an integer in [1, 100000000]"),
         ("mlp", "8,64", '{"hidden": 100000}', "10,007,600,010 parameters, over the 100,000,000"),
         ("cnn", "8,1,28,28", '{"width": 1e30}', "width must be an integer"),
-        ("cnn1d", "8,40", '{"width": 2.0}', "width must be an integer"),
+        ("cnn1d", "8,40", '{"width": 2.5}', "width must be an integer"),  # 2.0 is 2
         ("transformer", "8,64", '{"d_model": 1e9}', "d_model must be an integer"),
         ("resnet18", "2,3,32,32", '{"width": 4096}', "parameters, over the 100,000,000"),
         ("resnet18", "2,3,32,32", '{"small_input": 1}', "small_input must be a boolean"),

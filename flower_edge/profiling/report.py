@@ -245,7 +245,8 @@ class WorkloadResult:
         """Parse and validate one workload dict; raise :class:`InputError` naming the field."""
         d = _mapping(where, data, ("name", "samples", "seconds", "utilization", "intensity"))
         try:
-            return cls(d["name"], d["samples"], d["seconds"], d["utilization"], d["intensity"])
+            samples = validate.whole(d["samples"])  # JSON writers may emit 400.0 for 400
+            return cls(d["name"], samples, d["seconds"], d["utilization"], d["intensity"])
         except InputError as exc:
             raise InputError(f"{where}: {exc}") from None
 
@@ -414,9 +415,9 @@ class HostFacts:
         if not isinstance(load, list):
             raise InputError(f"{where}.load_average must be a list of 3 numbers, got {load!r}")
         return cls(
-            d["cores"],
+            validate.whole(d["cores"]),  # JSON writers may emit 8.0 for 8
             d["cpu_model"],
-            d["memory_bytes"],
+            validate.whole(d["memory_bytes"]),
             d["gpu_name"],
             cast(tuple[float, float, float], tuple(load)),
             d["platform"],

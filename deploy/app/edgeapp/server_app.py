@@ -69,9 +69,7 @@ def _integer(context: Context, key: str) -> int:
     stop off, without a word.
     """
     value = context.run_config[key]
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return validate.integer(f"run config {key!r}", value, low=0)
+    return validate.integer(f"run config {key!r}", value, low=0, integral_float=True)
 
 
 def _flag(context: Context, key: str) -> bool:
