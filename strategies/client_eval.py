@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from logging import INFO, WARNING
-from typing import Any, Final
+from typing import Final
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
@@ -24,6 +24,7 @@ from flower_edge import validate, wire
 from strategies.dispatch import Dispatcher
 from strategies.fedavg_options import FedAvgOptions, MetricsAggrFn, aggregate_with
 from strategies.membership import Node
+from strategies.metric_average import average_metrics
 from strategies.records import INT64_MAX, short_error
 
 __all__ = ["NO_HANDLER_HINT", "ClientEvaluation", "aggregate_evaluate_replies"]
@@ -56,10 +57,13 @@ def aggregate_evaluate_replies(
     As Flower's ``FedAvg`` (``aggregate_metricrecords``): numbers and lists of numbers (element
     by element) are averaged, and the weighting key itself is left out of the result. The
     weight is the strategy's ``weighted_by_key`` metric where a reply has it, else
-    ``num-examples`` (a flower-edge client's key). Each
-    metric is averaged over the replies that sent a finite value of it, so a node that sends
-    ``nan`` or leaves a metric out does not dilute the others' average (its value is skipped
-    with a WARNING naming the node and the metric).
+    ``num-examples`` (a flower-edge client's key). Each metric is averaged over the replies
+    that sent a usable value of it, so a node that sends ``nan``, a list of another length or
+    leaves a metric out neither dilutes nor shifts the others' average (its value is skipped
+    with a WARNING naming the node and the metric; the kept shape is the one most examples
+    sent, whatever the order of the replies:
+    :func:`~strategies.metric_average.average_metrics`). Flower's FedAvg skips the round's
+    aggregation when the replies' keys differ, and raises on lists of different lengths.
 
     Error replies and replies without a positive ``num-examples`` are skipped (logged, with
     the node ``asked`` maps the replied-to message id to: an error reply made by the
@@ -68,8 +72,7 @@ def aggregate_evaluate_replies(
     ``evaluate_metrics_aggr_fn``) aggregates the usable replies' contents instead, as
     ``aggr_fn(records, weight_key)``.
     """
-    sums: dict[str, float | list[float]] = {}
-    weights: dict[str, int] = {}
+    rows: list[tuple[int, int, dict[str, object]]] = []
     usable: list[RecordDict] = []
     for msg in replies:
         node = (asked or {}).get(msg.metadata.reply_to_message_id, msg.metadata.src_node_id)
@@ -104,50 +107,12 @@ def aggregate_evaluate_replies(
         if aggr_fn is not None:
             continue
         skip = (count, wire.NUM_EXAMPLES)
-        for key, value in metrics.items():
-            if key not in skip and _add_metric(sums, key, value, weight, node):
-                weights[key] = weights.get(key, 0) + weight
+        rows.append((node, weight, {k: v for k, v in metrics.items() if k not in skip}))
     if not usable:
         return None
     if aggr_fn is not None:
         return aggregate_with(aggr_fn, "evaluate_metrics_aggr_fn", usable, weight_key)
-    out: dict[str, int | float | list[int] | list[float]] = {}
-    for key, total in sorted(sums.items()):
-        w = weights[key]
-        out[key] = [v / w for v in total] if isinstance(total, list) else total / w
-    return MetricRecord(out)
-
-
-def _add_metric(
-    sums: dict[str, float | list[float]], key: str, value: Any, weight: int, node: int
-) -> bool:
-    """Add ``weight * value`` to ``sums[key]``; return False (logged) for an unusable value."""
-    is_list = isinstance(value, list)
-    values = value if is_list else [value]
-    numbers = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
-    prev = sums.get(key)
-    problem = None
-    if len(numbers) != len(values):
-        problem = f"{value!r} is not a number"
-    elif not all(math.isfinite(v) for v in numbers):
-        problem = f"{value!r} is not finite"
-    elif prev is not None and (
-        isinstance(prev, list) != is_list or (isinstance(prev, list) and len(prev) != len(numbers))
-    ):
-        problem = "its shape differs from the other nodes' values"
-    if problem is not None:
-        log(WARNING, "evaluate metric %r of node %s skipped: %s", key, node, problem)
-        return False
-    if isinstance(prev, list):
-        added = [b + weight * v for b, v in zip(prev, numbers, strict=True)]
-    else:
-        added = [(prev or 0.0) + weight * v for v in numbers]  # prev is None for a list
-    if not all(math.isfinite(v) for v in added):  # e.g. 1e300 weighted by 2**62 examples
-        what = f"{value!r} weighted by its {weight} examples overflows the average"
-        log(WARNING, "evaluate metric %r of node %s skipped: %s", key, node, what)
-        return False
-    sums[key] = added if is_list else added[0]
-    return True
+    return MetricRecord(average_metrics(rows, "evaluate"))  # type: ignore[arg-type]
 
 
 class ClientEvaluation:

@@ -28,6 +28,7 @@ from flower_edge.aggregation import check_update
 from flower_edge.arrays import NDArray
 from strategies.fedavg_options import FedAvgOptions, aggregate_with
 from strategies.membership import Job, Node
+from strategies.metric_average import average_metrics
 from strategies.records import AggregationRecord, TrainReply, Update
 
 if TYPE_CHECKING:
@@ -175,22 +176,13 @@ def averaged_app_metrics(
 
     This is what Flower's FedAvg does with the train metrics (``aggregate_metricrecords``
     weighted by ``num-examples``), so an app's ``train_loss`` reads the same under both.
-    Lists are averaged element by element over the updates whose list has the first one's
-    length and kind (a number where a list came first, or the reverse, is left out). A value
-    whose product with its ``num-examples`` would make the sum overflow is left out too.
+    Lists are averaged element by element. A value of another shape than the one most
+    examples sent (a list of another length, a number among lists), or whose product with its
+    ``num-examples`` would make the sum overflow, is left out with a WARNING naming the metric
+    and the node (:func:`~strategies.metric_average.average_metrics`).
     """
-    sums: dict[str, tuple[np.ndarray, int]] = {}
-    for u in updates:
-        for key, value in u.app_metrics:
-            vec = np.asarray(value, dtype=np.float64)
-            total, weight = sums.get(key, (np.zeros_like(vec), 0))
-            if total.shape != vec.shape:
-                continue
-            with np.errstate(over="ignore"):
-                added = total + vec * u.num_examples
-            if np.isfinite(added).all():  # else this value overflows the sum: left out
-                sums[key] = (added, weight + u.num_examples)
-    return {key: (total / weight).tolist() for key, (total, weight) in sums.items() if weight > 0}
+    rows = [(u.node_id, u.num_examples, dict(u.app_metrics)) for u in updates]
+    return average_metrics(rows, "train")
 
 
 def absurd_examples(

@@ -1,0 +1,116 @@
+"""Metrics of several nodes averaged by example count: no order dependence, nothing silent.
+
+Found by a probe: the first reply's list length won. In client-side evaluation a node whose
+``per_class`` list had another length than the others', if its reply came first, made every
+other node's value be skipped (each with a WARNING that blamed the honest nodes); the train
+metrics (``Result.train_metrics_clientapp``) dropped such values without a word, and kept the
+first reply's shape the same way. Flower's FedAvg raises on lists of different lengths
+(``zip(strict=True)``) and skips the round when the replies' keys differ.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+
+import numpy as np
+import pytest
+from conftest import flwr_logs
+from flwr.app import Message, MetricRecord, RecordDict
+from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
+
+from flower_edge import wire
+from strategies.client_eval import aggregate_evaluate_replies
+from strategies.intake import averaged_app_metrics
+from strategies.metric_average import average_metrics
+from strategies.records import AppMetric, Update
+
+#: (node, examples, per_class): node 7's list is one longer, and it has the fewest examples
+ROWS: list[tuple[int, int, list[float]]] = [
+    (7, 10, [1.0, 1.0, 1.0]),
+    (8, 100, [0.5, 0.5]),
+    (9, 300, [1.0, 0.0]),
+]
+EXPECTED = [(100 * 0.5 + 300 * 1.0) / 400, (100 * 0.5) / 400]
+
+
+def _reply(node: int, examples: int, metrics: dict[str, object]) -> Message:
+    query = Message(RecordDict(), dst_node_id=node, message_type="evaluate")
+    record = MetricRecord({wire.NUM_EXAMPLES: examples, **metrics})  # type: ignore[dict-item]
+    out = Message(RecordDict({wire.METRICS: record}), reply_to=query)
+    out.metadata.__dict__["_src_node_id"] = node
+    return out
+
+
+def _warnings(logs: object) -> list[str]:
+    return [r.getMessage() for r in logs.records if r.levelno == logging.WARNING]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(range(3))))
+def test_the_shape_most_examples_sent_wins_in_any_order(order: tuple[int, ...]) -> None:
+    rows = [ROWS[i] for i in order]
+    with flwr_logs() as logs:
+        got = aggregate_evaluate_replies(
+            [_reply(n, w, {"per_class": v, "acc": 0.5}) for n, w, v in rows]
+        )
+    assert got is not None
+    assert got["per_class"] == pytest.approx(EXPECTED)
+    assert got["acc"] == 0.5
+    assert _warnings(logs) == [
+        "evaluate metric 'per_class' of node 7 skipped: a list of 3 values where the other "
+        "replies (400 examples) sent a list of 2 values"
+    ]
+
+
+def test_train_metrics_of_another_shape_are_logged_and_the_majority_is_kept() -> None:
+    def update(node: int, examples: int, value: AppMetric) -> Update:
+        return Update(
+            node_id=node,
+            job_id=node,
+            base_version=0,
+            arrays=(np.zeros(1),),
+            num_examples=examples,
+            share=0,
+            delay=0.0,
+            received_at=0.0,
+            late=False,
+            train_loss=None,
+            app_metrics=(("per_class", value),),
+        )
+
+    updates = [update(n, w, tuple(v)) for n, w, v in ROWS] + [update(6, 5, 2.0)]
+    with flwr_logs() as logs:
+        got = averaged_app_metrics(updates)
+    assert got["per_class"] == pytest.approx(EXPECTED)
+    assert sorted(_warnings(logs)) == [
+        "train metric 'per_class' of node 6 skipped: a number where the other replies (400 "
+        "examples) sent a list of 2 values",
+        "train metric 'per_class' of node 7 skipped: a list of 3 values where the other "
+        "replies (400 examples) sent a list of 2 values",
+    ]
+
+
+def test_a_tie_is_broken_by_nodes_then_a_number_then_the_shorter_list() -> None:
+    with flwr_logs():
+        assert average_metrics([(1, 10, {"m": [1.0]}), (2, 10, {"m": 3.0})], "evaluate") == {
+            "m": 3.0
+        }
+        rows = [(1, 10, {"m": [1.0, 1.0, 1.0]}), (2, 10, {"m": [2.0, 2.0]})]
+        assert average_metrics(rows, "evaluate") == {"m": [2.0, 2.0]}
+        rows = [(1, 20, {"m": [1.0, 1.0, 1.0]}), (2, 10, {"m": [2.0]}), (3, 10, {"m": [4.0]})]
+        assert average_metrics(rows, "evaluate") == {"m": [3.0]}  # 2 nodes beat 1 at 20
+
+
+def test_replies_of_one_shape_average_as_flowers_fedavg() -> None:
+    rows = [(n, w, v[:2]) for n, w, v in ROWS]
+    replies = [_reply(n, w, {"per_class": v, "acc": n / 10}) for n, w, v in rows]
+    ours = aggregate_evaluate_replies(replies)
+    flowers = aggregate_metricrecords([m.content for m in replies], wire.NUM_EXAMPLES)
+    assert ours is not None
+    assert set(ours) == set(flowers) == {"per_class", "acc"}
+    assert ours["acc"] == pytest.approx(flowers["acc"])
+    assert ours["per_class"] == pytest.approx(flowers["per_class"])
+    with pytest.raises(ValueError, match="zip"):  # Flower's own: lists of another length
+        aggregate_metricrecords(
+            [_reply(n, w, {"per_class": v}).content for n, w, v in ROWS], wire.NUM_EXAMPLES
+        )
