@@ -7,6 +7,7 @@ Functions over a :class:`~strategies.loop.EventLoop`:
   or reject it with a logged reason that names the field;
 - :func:`train_metrics`: the Result's train metrics of an aggregation, with the app's own
   metrics averaged by ``num-examples`` as Flower's FedAvg does;
+- :func:`note_ignored_records`: say once per node that a reply's extra records are unread;
 - :func:`screen_buffer`: before an aggregation, reject every buffered update without a known
   share (an unmodified ClientApp, whose ``num-examples`` is its weight basis) that claims more
   than ``ShareConfig.absurd_factor`` times the median of the other nodes' reports
@@ -18,10 +19,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from logging import WARNING
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from flwr.app import MetricRecord, RecordDict
+from flwr.common.logger import log
 
 from flower_edge import wire
 from flower_edge.aggregation import check_update
@@ -38,6 +41,7 @@ __all__ = [
     "INTEGER_MODEL_HINT",
     "INTEGER_REPLY_HINT",
     "absurd_examples",
+    "note_ignored_records",
     "accept_finished",
     "averaged_app_metrics",
     "metric_records",
@@ -183,6 +187,34 @@ def averaged_app_metrics(
     """
     rows = [(u.node_id, u.num_examples, dict(u.app_metrics)) for u in updates]
     return average_metrics(rows, "train")
+
+
+def note_ignored_records(loop: EventLoop, content: RecordDict, node_id: int) -> None:
+    """Log, once per node, the ArrayRecords and MetricRecords of a train reply left unread.
+
+    A reply is read for one ArrayRecord (``arrays``, or the only one) and one MetricRecord
+    (``metrics``, or the only one); any other is ignored. Flower's FedAvg refuses such a
+    reply's whole round ("Expected exactly one ArrayRecord"); here the update stands.
+    """
+    extra = []
+    for records, used in (
+        (dict(content.array_records), wire.ARRAYS),
+        (dict(content.metric_records), wire.METRICS),
+    ):
+        if len(records) > 1:
+            extra += sorted(key for key in records if key != used)
+    if extra and node_id not in loop.noted_extra:
+        loop.noted_extra.add(node_id)
+        log(
+            WARNING,
+            "%s: train reply of node %s carries records %s besides the %r ArrayRecord and the "
+            "%r MetricRecord: they are ignored, the update stands (logged once per node)",
+            loop.name,
+            node_id,
+            extra,
+            wire.ARRAYS,
+            wire.METRICS,
+        )
 
 
 def absurd_examples(

@@ -68,7 +68,12 @@ from strategies.evaluation import (
     to_record,
 )
 from strategies.events import REPLY, DeadlineEvent, EventQueue, ReplyEvent, Sent
-from strategies.intake import accept_finished, screen_buffer, train_metrics
+from strategies.intake import (
+    accept_finished,
+    note_ignored_records,
+    screen_buffer,
+    train_metrics,
+)
 from strategies.liveness import expire, on_deadline, unavailable, unblock, wait
 from strategies.membership import Job, Membership, Node
 from strategies.records import (
@@ -177,6 +182,7 @@ class EventLoop:
         self.inflight: dict[str, Sent] = self.dispatcher.inflight  # reply not yet pulled
         self.buffer: list[Update] = []
         self.reported: dict[int, int] = {}  # latest accepted num-examples per node
+        self.noted_extra: set[int] = set()  # nodes whose replies' unread records were logged
         self.average: ModelAverage | None = None  # set once the federation's size is known
         self.served: list[NDArray] | None = None  # the average, when there is one
         self.serving_global = False  # serve_better chose the global model at the last step
@@ -306,6 +312,8 @@ class EventLoop:
             return
         virt, key = self.clock.is_virtual, self.strategy.weighted_by_key
         reply, reason = parse_reply_for(msg, sent.node_id, self.keys, virtual=virt, weight_key=key)
+        if isinstance(reply, TrainReply):
+            note_ignored_records(self, msg.content, sent.node_id)
         self.dispatcher.observe(sent, reply)  # per-message overhead, for the slice budget
         when = self.dispatcher.event_time(sent, reply)
         self.queue.push(when, REPLY, ReplyEvent(sent, reply, reason, unavailable=gone))
