@@ -192,28 +192,29 @@ def averaged_app_metrics(
 def note_ignored_records(loop: EventLoop, content: RecordDict, node_id: int) -> None:
     """Log, once per node, the ArrayRecords and MetricRecords of a train reply left unread.
 
-    A reply is read for one ArrayRecord (``arrays``, or the only one) and one MetricRecord
-    (``metrics``, or the only one); any other is ignored. Flower's FedAvg refuses such a
-    reply's whole round ("Expected exactly one ArrayRecord"); here the update stands.
+    A reply is read for one ArrayRecord (the strategy's ``arrayrecord_key``, else ``arrays``,
+    else the only one) and one MetricRecord (``metrics``, or the only one); any other is
+    ignored. Flower's FedAvg refuses such a reply's whole round ("Expected exactly one
+    ArrayRecord"); here the update stands.
     """
-    extra = []
-    for records, used in (
-        (dict(content.array_records), wire.ARRAYS),
-        (dict(content.metric_records), wire.METRICS),
+    extra, read = [], []
+    for records, preferred in (
+        (dict(content.array_records), (loop.strategy.arrayrecord_key, wire.ARRAYS)),
+        (dict(content.metric_records), (wire.METRICS,)),
     ):
-        if len(records) > 1:
-            extra += sorted(key for key in records if key != used)
+        used = next((k for k in preferred if k in records), next(iter(records), None))
+        read.append(repr(used))
+        extra += sorted(key for key in records if key != used)
     if extra and node_id not in loop.noted_extra:
         loop.noted_extra.add(node_id)
         log(
             WARNING,
-            "%s: train reply of node %s carries records %s besides the %r ArrayRecord and the "
-            "%r MetricRecord: they are ignored, the update stands (logged once per node)",
+            "%s: train reply of node %s carries records %s besides the %s ArrayRecord and the "
+            "%s MetricRecord read: they are ignored, the update stands (logged once per node)",
             loop.name,
             node_id,
             extra,
-            wire.ARRAYS,
-            wire.METRICS,
+            *read,
         )
 
 

@@ -311,7 +311,10 @@ class EventLoop:
             self.queue.push(self.dispatcher.event_time(sent, None), REPLY, event)
             return
         virt, key = self.clock.is_virtual, self.strategy.weighted_by_key
-        reply, reason = parse_reply_for(msg, sent.node_id, self.keys, virtual=virt, weight_key=key)
+        arrays_key = self.strategy.arrayrecord_key
+        reply, reason = parse_reply_for(
+            msg, sent.node_id, self.keys, virtual=virt, weight_key=key, arrays_key=arrays_key
+        )
         if isinstance(reply, TrainReply):
             note_ignored_records(self, msg.content, sent.node_id)
         self.dispatcher.observe(sent, reply)  # per-message overhead, for the slice budget

@@ -235,7 +235,10 @@ def _check_message(msg: Message) -> None:
 
 
 def parse_train_reply(
-    msg: Message, keys: Sequence[str], weight_key: str = wire.NUM_EXAMPLES
+    msg: Message,
+    keys: Sequence[str],
+    weight_key: str = wire.NUM_EXAMPLES,
+    arrays_key: str = wire.ARRAYS,
 ) -> TrainReply:
     """Parse a reply to a train message into a :class:`TrainReply`.
 
@@ -249,6 +252,9 @@ def parse_train_reply(
         The strategy's ``weighted_by_key``: a plain ClientApp's reply (no protocol keys) gives
         its example count in this metric, as FedAvg reads it (``num-examples`` when it lacks
         it); a flower-edge client's reply always in ``num-examples``.
+    arrays_key : str (default: "arrays")
+        The strategy's ``arrayrecord_key``: the ArrayRecord read among several (else
+        ``arrays``, a flower-edge client's, or the only one).
 
     Raises
     ------
@@ -269,7 +275,9 @@ def parse_train_reply(
         raise InputError(f"{wire.DONE} must be 0 or 1, got {done_flag}")
     arrays: tuple[NDArray, ...] | None = None
     if done:
-        record = _only_record(dict(content.array_records), wire.ARRAYS, "ArrayRecord")
+        records = dict(content.array_records)
+        key = wire.ARRAYS if arrays_key not in records and wire.ARRAYS in records else arrays_key
+        record = _only_record(records, key, "ArrayRecord")
         if record is None:
             raise InputError("finished update carries no arrays")
         arrays = arrays_from_record(record, keys)
@@ -551,6 +559,7 @@ def parse_reply_for(
     *,
     virtual: bool,
     weight_key: str = wire.NUM_EXAMPLES,
+    arrays_key: str = wire.ARRAYS,
 ) -> tuple[TrainReply | ProfileRecord | None, str | None]:
     """Parse a reply to a train message sent to ``node_id``: ``(reply, None)`` or ``(None, why)``.
 
@@ -574,7 +583,7 @@ def parse_reply_for(
                 return parse_profile_reply(msg), None
             except InputError as exc:
                 return None, f"{BAD_PROFILE_REPLY}: {exc}"
-        reply = parse_train_reply(msg, keys, weight_key)
+        reply = parse_train_reply(msg, keys, weight_key, arrays_key)
     except InputError as exc:
         return None, str(exc)
     if virtual and not reply.done and not (reply.virtual_seconds or 0.0) > 0.0:

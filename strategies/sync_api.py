@@ -67,7 +67,9 @@ def sync_aggregate_train(
         if keys is None and msg.has_content() and msg.content.array_records:
             keys = list(next(iter(msg.content.array_records.values())).keys())
         try:
-            reply = parse_train_reply(msg, keys or [], fedavg.weighted_by_key)
+            reply = parse_train_reply(
+                msg, keys or [], fedavg.weighted_by_key, fedavg.arrayrecord_key
+            )
         except InputError as exc:
             log(
                 WARNING,

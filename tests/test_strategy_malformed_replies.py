@@ -152,6 +152,42 @@ def test_an_extra_record_is_logged_once_and_the_update_stands(variant: str, extr
     assert honest_warned == []
     assert warned == [
         f"edge: train reply of node {BAD} carries records [{extra!r}] besides the 'arrays' "
-        "ArrayRecord and the 'metrics' MetricRecord: they are ignored, the update stands "
+        "ArrayRecord and the 'metrics' MetricRecord read: they are ignored, the update stands "
         "(logged once per node)"
     ]
+
+
+def test_the_strategys_arrayrecord_key_is_read_among_several_arrayrecords() -> None:
+    """Found by the probe: with ``arrayrecord_key="weights"`` a reply holding ``weights`` and
+    another ArrayRecord was rejected ("reply has 2 ArrayRecords and none named 'arrays'"), in
+    the asynchronous loop and in the synchronous ``aggregate_train`` alike."""
+    app = ClientApp()
+
+    @app.train()
+    def train(msg: Message, ctx: Context) -> Message:
+        arrays = msg.content["weights"]
+        assert isinstance(arrays, ArrayRecord)
+        new = {k: Array(v.numpy() + v.numpy().dtype.type(1)) for k, v in arrays.items()}
+        content = RecordDict(
+            {
+                "weights": ArrayRecord(new),
+                "optimizer": ArrayRecord({"m": Array(np.zeros(2))}),
+                "m": MetricRecord({"num-examples": 10}),
+            }
+        )
+        return Message(content, reply_to=msg)
+
+    keys = {"arrayrecord_key": "weights", "configrecord_key": "cfg"}
+    strategy = EdgeStrategy(threshold=2, clock=virtual(), stop=StopConfig(), **keys)
+    with flwr_logs() as logs:
+        strategy.start(InProcessGrid(app, 4), model(0.0), num_rounds=2)
+    warned = [r.getMessage() for r in logs.records if r.levelno >= logging.WARNING]
+    assert not [w for w in warned if "rejected" in w]
+    assert [w for w in warned if "records ['optimizer'] besides the 'weights' ArrayRecord" in w]
+    assert len(strategy.history) == 2
+    fedbuff = FedBuff(threshold=2, **keys)
+    grid = InProcessGrid(app, 3)
+    replies = grid.send_and_receive(list(fedbuff.configure_train(1, model(0.0), {}, grid)))  # type: ignore[arg-type]
+    new, _ = fedbuff.aggregate_train(1, replies)
+    assert new is not None
+    assert new["w"].numpy().tolist() == [1.0, 1.0, 1.0]
