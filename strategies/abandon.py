@@ -144,7 +144,13 @@ class AbandonPolicy:
             self.tally.offers += 1
 
     def progress(self, job_id: int, share: int, trained: int, abandoned: bool) -> None:
-        """Count a slice report: ``trained`` samples of the (new) job; ``abandoned`` if so."""
+        """Count a slice report: ``trained`` samples of the (new) job; ``abandoned`` if so.
+
+        ``trained`` is capped at a known ``share``: a reply's ``samples-processed`` beyond it
+        (``10**12``) would otherwise count as compute wasted.
+        """
+        if share > 0:
+            trained = min(trained, share)
         if abandoned:
             before = self.trained.get(job_id, 0)
             self.tally.abandoned += 1

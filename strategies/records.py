@@ -291,6 +291,8 @@ def parse_train_reply(
         raise InputError(f"progress report without {wire.JOB_ID} or {wire.BASE_VERSION}")
     virtual_seconds = _not_negative(metrics, wire.VIRTUAL_SECONDS, integer=False)
     abandoned = _number(metrics, wire.ABANDONED, integer=True)
+    if abandoned not in (None, 0, 1):  # 7 or -1 counted an abandon in the reported tally
+        raise InputError(f"{wire.ABANDONED} must be 0 or 1, got {abandoned}")
     profile: ProfileRecord | None = None
     profile_problem: str | None = None
     if wire.PROFILE in content.config_records:  # sent with the job (wire.PROFILE_WITH_JOB)

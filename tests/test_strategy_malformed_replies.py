@@ -15,11 +15,14 @@ import logging
 
 import numpy as np
 import pytest
-from conftest import accuracy_fn, flwr_logs, model, virtual
+from conftest import ToyEdge, accuracy_fn, flwr_logs, model, run_edge, virtual
 from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
+from flower_edge import wire
 from strategies import EdgeStrategy, FedAsync, FedBuff, InProcessGrid, StopConfig
+from strategies.abandon import AbandonPolicy
+from strategies.config import AbandonConfig
 
 BAD = 1001  # the node (partition 0) that sends the malformed reply
 
@@ -191,3 +194,43 @@ def test_the_strategys_arrayrecord_key_is_read_among_several_arrayrecords() -> N
     new, _ = fedbuff.aggregate_train(1, replies)
     assert new is not None
     assert new["w"].numpy().tolist() == [1.0, 1.0, 1.0]
+
+
+class _BadFlag(ToyEdge):
+    """ToyEdge whose node 1001 (partition 0) sends ``abandoned`` = ``flag`` in every reply."""
+
+    flag: int = 7
+
+    def train(self, msg: Message, ctx: Context, pid: int) -> Message:
+        reply = super().train(msg, ctx, pid)
+        if pid == 0:
+            reply.content["metrics"][wire.ABANDONED] = self.flag  # type: ignore[index]
+        return reply
+
+
+@pytest.mark.parametrize("flag", [7, -1])
+def test_an_abandoned_flag_other_than_0_or_1_is_rejected(flag: int) -> None:
+    """Found by the probe: ``abandoned`` = 7 or -1 was read as an abandon (``done`` = 2 was
+    already rejected), so each of the node's updates counted in the reported abandon tally."""
+    toy = _BadFlag()
+    toy.flag = flag
+    with flwr_logs() as logs:
+        strategy, result, _ = run_edge(toy, rounds=2)
+    mine = [r.getMessage() for r in logs.records if r.levelno == logging.WARNING]
+    assert mine
+    assert all(f"abandoned must be 0 or 1, got {flag}" in line for line in mine), mine
+    assert all(BAD not in h.participants for h in strategy.history)
+    assert result.train_metrics_clientapp[2]["abandoned-jobs"] == 0
+
+
+def test_samples_processed_beyond_the_share_do_not_count_as_wasted_compute() -> None:
+    """Found by the probe: a progress report with ``samples-processed`` = 10**12 on a share of
+    100, then an abandon, added 10**12 samples to the reported compute wasted."""
+    policy = AbandonPolicy(AbandonConfig(), enabled=True)
+    policy.progress(1, 100, 10**12, abandoned=False)
+    policy.progress(1, 100, 40, abandoned=True)
+    assert policy.tally.samples_wasted == 100
+    assert policy.tally.samples_saved == 0
+    policy.progress(2, 0, 500, abandoned=False)  # no known share (a plain app's): as reported
+    policy.progress(2, 0, 0, abandoned=True)
+    assert policy.tally.samples_wasted == 600
