@@ -418,7 +418,12 @@ class SemiAsyncStrategy(Strategy):
         asked after training stopped have replied); otherwise it aggregates them itself.
         """
         fn = self.fedavg.evaluate_metrics_aggr_fn
-        return aggregate_evaluate_replies(replies, weight_key=self.weighted_by_key, aggr_fn=fn)
+        return aggregate_evaluate_replies(
+            replies,
+            weight_key=self.weighted_by_key,
+            aggr_fn=fn,
+            absurd_factor=self.shares.absurd_factor,
+        )
 
     def _log_start(
         self,

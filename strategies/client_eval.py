@@ -21,8 +21,10 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from flwr.common.logger import log
 
 from flower_edge import validate, wire
+from strategies.config import DEFAULT_ABSURD_FACTOR
 from strategies.dispatch import Dispatcher
 from strategies.fedavg_options import FedAvgOptions, MetricsAggrFn, aggregate_with
+from strategies.intake import absurd_examples
 from strategies.membership import Node
 from strategies.metric_average import average_metrics
 from strategies.records import INT64_MAX, short_error
@@ -51,6 +53,7 @@ def aggregate_evaluate_replies(
     asked: Mapping[str, int] | None = None,
     weight_key: str = wire.NUM_EXAMPLES,
     aggr_fn: MetricsAggrFn | None = None,
+    absurd_factor: float = DEFAULT_ABSURD_FACTOR,
 ) -> MetricRecord | None:
     """Average the metrics of valid evaluate replies, weighted by ``num-examples``.
 
@@ -65,54 +68,71 @@ def aggregate_evaluate_replies(
     :func:`~strategies.metric_average.average_metrics`). Flower's FedAvg skips the round's
     aggregation when the replies' keys differ, and raises on lists of different lengths.
 
-    Error replies and replies without a positive ``num-examples`` are skipped (logged, with
-    the node ``asked`` maps the replied-to message id to: an error reply made by the
-    SuperLink, e.g. for a node that is gone, carries the SuperLink's id as its source).
-    Returns ``None`` when no reply is usable. ``aggr_fn`` (FedAvg's
-    ``evaluate_metrics_aggr_fn``) aggregates the usable replies' contents instead, as
-    ``aggr_fn(records, weight_key)``.
+    Error replies, replies without a positive ``num-examples``, with several MetricRecords
+    and none named ``metrics``, or claiming more than ``absurd_factor`` times the median
+    ``num-examples`` of the round's other replies (at least two; ``ShareConfig.absurd_factor``,
+    the train replies' screen) are skipped, logged with the node ``asked`` maps the
+    replied-to message id to (an error reply made by the SuperLink, e.g. for a node that is
+    gone, carries the SuperLink's id as its source). Returns ``None`` when no reply is
+    usable. ``aggr_fn`` (FedAvg's ``evaluate_metrics_aggr_fn``) aggregates the usable
+    replies' contents instead, as ``aggr_fn(records, weight_key)``.
     """
-    rows: list[tuple[int, int, dict[str, object]]] = []
-    usable: list[RecordDict] = []
+    kept: list[tuple[Message, int, int, dict[str, object]]] = []
     for msg in replies:
         node = (asked or {}).get(msg.metadata.reply_to_message_id, msg.metadata.src_node_id)
-        if msg.has_error() or not msg.has_content():
-            reason = short_error(msg.error.reason or "") if msg.has_error() else "no content"
-            if NO_HANDLER in reason:  # Flower's words for a ClientApp without @app.evaluate()
-                reason += f" ({NO_HANDLER_HINT})"
-            log(WARNING, "evaluate reply of node %s skipped: %s", node, reason)
+        read = _read_reply(msg, weight_key)
+        if isinstance(read, str):
+            log(WARNING, "evaluate reply of node %s skipped: %s", node, read)
+        else:
+            kept.append((msg, node, *read))
+    counts = {i: weight for i, (_, _, weight, _) in enumerate(kept)}
+    usable: list[RecordDict] = []
+    rows: list[tuple[int, int, dict[str, object]]] = []
+    for i, (msg, node, weight, metrics) in enumerate(kept):
+        absurd = absurd_examples(weight, i, counts, absurd_factor)
+        if absurd is not None:
+            log(WARNING, "evaluate reply of node %s skipped: %s", node, absurd)
             continue
-        records = list(msg.content.metric_records.values())
-        metrics = msg.content.metric_records.get(wire.METRICS, records[0] if records else None)
-        count = weight_key if metrics is not None and weight_key in metrics else wire.NUM_EXAMPLES
-        got = None if metrics is None else metrics.get(count)
-        weight = _weight(got)
-        if weight is None:
-            missing = metrics is None or count not in metrics
-            log(
-                WARNING,
-                "evaluate reply of node %s skipped: %s must be an integer > 0 within int64 "
-                "(as train replies: 140 or 140.0), got %r%s",
-                node,
-                # a key of neither name: both are named, as a train reply's rejection does
-                f"{weight_key!r} (weighted_by_key) or {count}"
-                if missing and weight_key != wire.NUM_EXAMPLES
-                else count,
-                got,
-                f" (its metrics: {sorted(metrics)})" if missing and metrics is not None else "",
-            )
-            continue
-        assert metrics is not None
         usable.append(msg.content)
-        if aggr_fn is not None:
-            continue
-        skip = (count, wire.NUM_EXAMPLES)
-        rows.append((node, weight, {k: v for k, v in metrics.items() if k not in skip}))
+        rows.append((node, weight, metrics))
     if not usable:
         return None
     if aggr_fn is not None:
         return aggregate_with(aggr_fn, "evaluate_metrics_aggr_fn", usable, weight_key)
     return MetricRecord(average_metrics(rows, "evaluate"))  # type: ignore[arg-type]
+
+
+def _read_reply(msg: Message, weight_key: str) -> tuple[int, dict[str, object]] | str:
+    """Return an evaluate reply's weight and its metrics (the count keys left out), or why not."""
+    if msg.has_error() or not msg.has_content():
+        reason = short_error(msg.error.reason or "") if msg.has_error() else "no content"
+        if NO_HANDLER in reason:  # Flower's words for a ClientApp without @app.evaluate()
+            reason += f" ({NO_HANDLER_HINT})"
+        return reason
+    records = dict(msg.content.metric_records)
+    if len(records) > 1 and wire.METRICS not in records:
+        return (
+            f"it has {len(records)} MetricRecords {sorted(records)} and none named {wire.METRICS!r}"
+        )
+    metrics = records.get(wire.METRICS, next(iter(records.values()), None))
+    count = weight_key if metrics is not None and weight_key in metrics else wire.NUM_EXAMPLES
+    got = None if metrics is None else metrics.get(count)
+    weight = _weight(got)
+    if metrics is None or weight is None:
+        missing = metrics is None or count not in metrics
+        # a key of neither name: both are named, as a train reply's rejection does
+        name = (
+            f"{weight_key!r} (weighted_by_key) or {count}"
+            if missing and weight_key != wire.NUM_EXAMPLES
+            else count
+        )
+        listed = f" (its metrics: {sorted(metrics)})" if missing and metrics is not None else ""
+        return (
+            f"{name} must be an integer > 0 within int64 (as train replies: 140 or 140.0), "
+            f"got {got!r}{listed}"
+        )
+    skip = (count, wire.NUM_EXAMPLES)
+    return weight, {k: v for k, v in metrics.items() if k not in skip}
 
 
 class ClientEvaluation:
@@ -131,6 +151,8 @@ class ClientEvaluation:
     options : FedAvgOptions, optional
         The strategy's FedAvg options: ``weighted_by_key`` and ``evaluate_metrics_aggr_fn``
         (see :func:`aggregate_evaluate_replies`), and the messages' record keys.
+    absurd_factor : float (default: 100.0)
+        ``ShareConfig.absurd_factor``: the replies' screen of absurd ``num-examples``.
     """
 
     def __init__(
@@ -140,8 +162,10 @@ class ClientEvaluation:
         config: ConfigRecord,
         timeout: float,
         options: FedAvgOptions | None = None,
+        absurd_factor: float = DEFAULT_ABSURD_FACTOR,
     ) -> None:
         self.options = FedAvgOptions() if options is None else options
+        self.absurd_factor = absurd_factor
         #: the strategy's own ``aggregate_evaluate(round, replies)`` where a subclass overrides it
         self.aggregate: Callable[[int, list[Message]], MetricRecord | None] | None = None
         self.fraction = validate.probability("fraction_evaluate", fraction)
@@ -249,7 +273,11 @@ class ClientEvaluation:
             return self.aggregate(rnd, [m for m, _ in replies])
         opts = self.options
         return aggregate_evaluate_replies(
-            [m for m, _ in replies], asked, opts.weighted_by_key, opts.evaluate_metrics_aggr_fn
+            [m for m, _ in replies],
+            asked,
+            opts.weighted_by_key,
+            opts.evaluate_metrics_aggr_fn,
+            self.absurd_factor,
         )
 
     def top_up(

@@ -20,6 +20,7 @@ from flower_edge.allocation import MAX_SAMPLES
 from flower_edge.errors import ConfigError
 
 __all__ = [
+    "DEFAULT_ABSURD_FACTOR",
     "DEFAULT_PATIENCE",
     "DEFAULT_PATIENCE_PASSES",
     "DEFAULT_WINDOW_PASSES",
@@ -54,6 +55,8 @@ WEIGHT_BASES: tuple[str, ...] = get_args(WeightBasis)
 ProfileMode = Literal["quick", "full"]
 #: the edge strategy's plateau: stop after this many aggregations without a new best metric
 DEFAULT_PATIENCE = 20
+#: ShareConfig's absurd_factor: more examples than this times the reference are absurd
+DEFAULT_ABSURD_FACTOR = 100.0
 #: the plateau waits at least this many passes over the federation (StopConfig.patience_passes)
 DEFAULT_PATIENCE_PASSES = 4.0
 #: the plateau is judged on the mean metric of the last pass over the federation
@@ -254,7 +257,7 @@ class ShareConfig:
     max_epochs: float | None = None
     rebalance: RebalanceMethod = "seed"
     weight_by: WeightBasis = "share"
-    absurd_factor: float = 100.0
+    absurd_factor: float = DEFAULT_ABSURD_FACTOR
 
     def __post_init__(self) -> None:
         validate.boolean("profile", self.profile)

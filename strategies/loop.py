@@ -162,6 +162,7 @@ class EventLoop:
             ConfigRecord() if evaluate_config is None else evaluate_config,
             timeout,
             strategy.fedavg,
+            strategy.shares.absurd_factor,
         )
         self.abandon = AbandonPolicy(strategy.abandon, enabled=strategy.sends_values())
         self.dispatcher = Dispatcher(

@@ -25,6 +25,7 @@ from strategies.intake import averaged_app_metrics
 from strategies.metric_average import average_metrics
 from strategies.records import AppMetric, Update
 
+BAD = 1001  # the node of a malformed evaluate reply
 #: (node, examples, per_class): node 7's list is one longer, and it has the fewest examples
 ROWS: list[tuple[int, int, list[float]]] = [
     (7, 10, [1.0, 1.0, 1.0]),
@@ -114,3 +115,55 @@ def test_replies_of_one_shape_average_as_flowers_fedavg() -> None:
         aggregate_metricrecords(
             [_reply(n, w, {"per_class": v}).content for n, w, v in ROWS], wire.NUM_EXAMPLES
         )
+
+
+# ---------------------------------------------------------------- malformed evaluate replies
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (
+            RecordDict({"metrics": MetricRecord({wire.NUM_EXAMPLES: 2**62, "acc": 0.9})}),
+            "absurd num-examples 4611686018427387904: more than 100x the median (10)",
+        ),
+        (
+            RecordDict(
+                {
+                    "a": MetricRecord({wire.NUM_EXAMPLES: 10, "acc": 0.9}),
+                    "b": MetricRecord({wire.NUM_EXAMPLES: 5, "acc": 0.1}),
+                }
+            ),
+            "it has 2 MetricRecords ['a', 'b'] and none named 'metrics'",
+        ),
+        (
+            RecordDict({"metrics": MetricRecord({wire.NUM_EXAMPLES: -10, "acc": 0.9})}),
+            "num-examples must be an integer > 0 within int64",
+        ),
+    ],
+)
+def test_a_malformed_evaluate_reply_is_skipped_naming_why(content: RecordDict, needle: str) -> None:
+    """Found by a probe: an evaluate reply claiming 2**62 examples took the round's average
+    over (train replies are screened against 100x the others' median), and one with two
+    MetricRecords, neither named ``metrics``, was read for the first (a train reply's is
+    rejected)."""
+    query = Message(RecordDict(), dst_node_id=BAD, message_type="evaluate")
+    bad = Message(content, reply_to=query)
+    bad.metadata.__dict__["_src_node_id"] = BAD
+    good = [_reply(n, 10, {"acc": 0.5}) for n in (1002, 1003)]
+    with flwr_logs() as logs:
+        got = aggregate_evaluate_replies([good[0], bad, good[1]])
+    assert got is not None
+    assert dict(got) == {"acc": 0.5}
+    (line,) = _warnings(logs)
+    assert line.startswith(f"evaluate reply of node {BAD} skipped: ")
+    assert needle in line
+
+
+def test_the_absurd_screen_of_evaluate_replies_follows_absurd_factor() -> None:
+    replies = [_reply(1001, 5000, {"acc": 1.0})] + [_reply(n, 10, {"acc": 0.0}) for n in (2, 3)]
+    with flwr_logs():
+        assert aggregate_evaluate_replies(replies)["acc"] == 0.0  # type: ignore[index]
+        loose = aggregate_evaluate_replies(replies, absurd_factor=1000.0)
+    assert loose is not None
+    assert loose["acc"] == pytest.approx(5000 / 5020)
