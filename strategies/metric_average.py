@@ -9,6 +9,7 @@ value is left out, with a WARNING naming the metric and the node, when it
 
 - is not a number nor a list of numbers, or holds NaN or infinity;
 - makes its weighted sum overflow (``1e300`` weighted by ``2**62`` examples);
+- is missing from a reply (one WARNING per metric names the nodes);
 - has another shape than the metric's kept shape: the one the most examples sent (then the
   most nodes; then a number before a list, and a shorter list before a longer one), so that
   the result does not depend on the order the replies came in, and one node that sends a
@@ -89,7 +90,9 @@ def average_metrics(
         Metric name (sorted) to its average: a float, or a list of floats for a list metric.
     """
     by_key: dict[str, list[_Value]] = {}
+    sent: list[tuple[int, set[str]]] = []
     for node, weight, metrics in rows:
+        sent.append((node, {str(key) for key in metrics}))
         for key, value in metrics.items():
             numbers, problem = _usable(value, weight)
             if numbers is None:
@@ -99,6 +102,15 @@ def average_metrics(
             by_key.setdefault(str(key), []).append(_Value(node, weight, numbers, is_list))
     out: dict[str, float | list[float]] = {}
     for key in sorted(by_key):
+        missing = [node for node, keys in sent if key not in keys]
+        if missing:  # Flower's FedAvg skips the whole round's aggregation for it
+            log(
+                WARNING,
+                "%s metric %r is missing from the replies of node(s) %s: averaged over the others",
+                what,
+                key,
+                missing,
+            )
         shape = _kept_shape(by_key[key])
         kept = [v for v in by_key[key] if v.shape == shape]
         total = sum(v.weight for v in kept)

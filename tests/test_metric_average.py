@@ -117,6 +117,18 @@ def test_replies_of_one_shape_average_as_flowers_fedavg() -> None:
         )
 
 
+def test_a_metric_missing_from_some_replies_is_averaged_over_the_others_and_logged() -> None:
+    """Found by a probe: the average silently covered fewer nodes (a train metric that one
+    node sent as NaN, which the reply's parse drops, too). Flower's FedAvg skips the round."""
+    rows = [(1, 10, {"acc": 0.2, "loss": 1.0}), (2, 30, {"loss": 3.0}), (3, 10, {"loss": 1.0})]
+    with flwr_logs() as logs:
+        got = average_metrics(rows, "train")
+    assert got == {"acc": 0.2, "loss": pytest.approx(2.2)}
+    assert _warnings(logs) == [
+        "train metric 'acc' is missing from the replies of node(s) [2, 3]: averaged over the others"
+    ]
+
+
 # ---------------------------------------------------------------- malformed evaluate replies
 
 
