@@ -45,6 +45,7 @@ from flower_edge.arrays import NDArray, cast_like
 from flower_edge.errors import InputError
 
 __all__ = [
+    "update_too_far",
     "CANCELLATION_GUARD",
     "Array",
     "WeightedSum",
@@ -118,6 +119,52 @@ def check_update(
         if array.dtype != ref.dtype and array.size and not _fits(array, ref.dtype):
             return f"array {index} has values beyond the range of the reference dtype {ref.dtype}"
     return None
+
+
+def update_too_far(arrays: Sequence[Array], reference: Sequence[Array], ratio: float) -> str | None:
+    """Say why an update lies absurdly far from the reference model, if it does.
+
+    A finite update can still wreck the model: ``3.4e38`` in every weight passes every other
+    check. The distance is the L2 norm of ``arrays - reference`` over the floating-point
+    arrays, in float64 (one pass, one array at a time); it is absurd beyond ``ratio`` times
+    ``max(||reference||, 1)``, the norm over the same arrays. Call it after
+    :func:`check_update` accepted ``arrays`` (same count, shapes and kinds).
+
+    Parameters
+    ----------
+    arrays : Sequence[numpy.ndarray]
+        The update (the local model), one array per model tensor, in the reference's order.
+    reference : Sequence[numpy.ndarray]
+        The global model the update is measured against.
+    ratio : float
+        ``LoopConfig.max_update_ratio``, ``> 0``.
+
+    Returns
+    -------
+    str or None
+        ``None`` when the update is within the bound; otherwise the reason, naming the array
+        that moved farthest (``array i ...``) and both norms.
+    """
+    total = ref_total = 0.0
+    worst, worst_index = -1.0, 0
+    with np.errstate(over="ignore", invalid="ignore"):
+        for index, (array, ref) in enumerate(zip(arrays, reference, strict=True)):
+            if array.dtype.kind != "f" or not array.size:
+                continue
+            ref64 = np.asarray(ref, dtype=np.float64)
+            moved = float(np.linalg.norm(np.asarray(array, dtype=np.float64) - ref64))
+            ref_total += float(np.dot(ref64.ravel(), ref64.ravel()))
+            total += moved * moved
+            if not moved <= worst:
+                worst, worst_index = moved, index
+    distance, norm = math.sqrt(total), math.sqrt(ref_total)
+    if distance <= ratio * max(norm, 1.0):
+        return None
+    return (
+        f"array {worst_index} moved {worst:.3g} (L2; the update {distance:.3g} in all) from "
+        f"the global model of norm {norm:.3g}: more than max_update_ratio {ratio:g} times "
+        f"max(norm, 1)"
+    )
 
 
 def _fits(array: Array, dtype: np.dtype[Any]) -> bool:

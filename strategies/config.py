@@ -111,6 +111,11 @@ class LoopConfig:
         Whether a finished update that missed its deadline may still be aggregated.
     staleness_bound : int, optional
         Reject finished updates whose base is more than this many versions old.
+    max_update_ratio : float, optional (default: 1e6)
+        Reject a finished update farther from the global model (L2 norm of the difference
+        over the float arrays) than this many times the global model's norm (at least 1): a
+        finite but absurd update, e.g. ``3.4e38`` in every weight, would wreck the model.
+        ``None`` turns the check off.
     lookahead : float (default: 0.0)
         Virtual clock only: a lower bound on any reply's virtual duration. An event at time t
         is processed once every outstanding message has returned or was sent after
@@ -136,6 +141,7 @@ class LoopConfig:
     deadline_floor: float = 10.0
     accept_late: bool = True
     staleness_bound: int | None = None
+    max_update_ratio: float | None = 1e6
     lookahead: float = 0.0
     poll_interval: float = 0.05
     registration_timeout: float = 120.0
@@ -159,6 +165,7 @@ class LoopConfig:
         validate.number("deadline_factor", self.deadline_factor, low=1.0)
         validate.number("deadline_floor", self.deadline_floor, low=0.0, low_inclusive=False)
         validate.integer("staleness_bound", self.staleness_bound, low=0, allow_none=True)
+        _positive("max_update_ratio", self.max_update_ratio, optional=True)
         _positive("lookahead", self.lookahead, allow_zero=True)
         _positive("poll_interval", self.poll_interval)
         _positive("registration_timeout", self.registration_timeout, allow_zero=True)

@@ -27,7 +27,7 @@ from flwr.app import MetricRecord, RecordDict
 from flwr.common.logger import log
 
 from flower_edge import wire
-from flower_edge.aggregation import check_update
+from flower_edge.aggregation import check_update, update_too_far
 from flower_edge.arrays import NDArray
 from strategies.fedavg_options import FedAvgOptions, aggregate_with
 from strategies.membership import Job, Node
@@ -299,6 +299,10 @@ def update_problem(
     if late and not loop.accept_late:
         return "missed its deadline (accept_late is off)"
     reason = check_update(list(reply.arrays or ()), list(global_arrays))
+    if reason is None and loop.max_update_ratio is not None:
+        reason = update_too_far(
+            list(reply.arrays or ()), list(global_arrays), loop.max_update_ratio
+        )
     if reason is not None:
         return name_array(reason, keys) + _kind_hint(reason)
     if share > 0 and reply.num_examples > absurd_factor * share:

@@ -31,6 +31,7 @@ BAD = 1001  # the node (partition 0) that sends the malformed reply
 ARRAYS: dict[str, tuple[str, Array | None]] = {
     "nan": ("w", Array(np.array([np.nan, 1, 1], dtype=np.float32))),
     "inf": ("w", Array(np.array([1, -np.inf, 1], dtype=np.float32))),
+    "huge": ("w", Array(np.full(3, 3.4e38, dtype=np.float32))),
     "shape": ("w", Array(np.zeros((3, 1), dtype=np.float32))),
     "int-dtype": ("w", Array(np.ones(3, dtype=np.int32))),
     "float-steps": ("steps", Array(np.ones(1, dtype=np.float32))),
@@ -108,6 +109,7 @@ REJECTED = [
     ("nan", "array 0 ('w') contains NaN or Inf"),
     ("inf", "array 0 ('w') contains NaN or Inf"),
     ("shape", "array 0 ('w') has shape (3, 1), expected (3,)"),
+    ("huge", "array 0 ('w') moved 5.89e+38 (L2; the update 5.89e+38 in all) from the global"),
     ("int-dtype", "array 0 ('w') has non-float dtype int32, expected float like float32"),
     ("float-steps", "array 1 ('steps') has float dtype float32, expected non-float like int64"),
     ("num-examples=missing", "reply metric 'num-examples' is missing"),
@@ -137,7 +139,9 @@ def test_a_malformed_reply_is_rejected_naming_the_field(variant: str, needle: st
 
 
 @pytest.mark.parametrize("kind", ["fedbuff", "fedasync"])
-@pytest.mark.parametrize(("variant", "needle"), [REJECTED[0], REJECTED[2], REJECTED[13]])
+@pytest.mark.parametrize(
+    ("variant", "needle"), [REJECTED[0], REJECTED[2], REJECTED[3], REJECTED[14]]
+)
 def test_the_baselines_reject_the_same_replies(kind: str, variant: str, needle: str) -> None:
     _, warned, participants = _run(variant, kind)
     assert [line for line in warned if f"node {BAD} " in line and needle in line]
