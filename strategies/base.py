@@ -318,13 +318,8 @@ class SemiAsyncStrategy(Strategy):
     # ------------------------------------------------------------------ Strategy API
     def summary(self) -> None:
         """Log the settings."""
-        log(
-            INFO,
-            "\t%s (K = %d; aggregates when buffered updates %s)",
-            type(self).__name__,
-            self.threshold,
-            self.trigger_text(),
-        )
+        what = "\t%s (K = %d; aggregates when buffered updates %s)"
+        log(INFO, what, type(self).__name__, self.threshold, self.trigger_text())
         log(INFO, "\t├── decay: %r", self.decay)
         log(INFO, "\t├── loop: %s", self.loop)
         log(INFO, "\t├── shares: %s", self.shares)
@@ -417,12 +412,9 @@ class SemiAsyncStrategy(Strategy):
         (a FedAvg subclass that logs or saves there; the final round's again once the nodes
         asked after training stopped have replied); otherwise it aggregates them itself.
         """
-        fn = self.fedavg.evaluate_metrics_aggr_fn
+        fn, factor = self.fedavg.evaluate_metrics_aggr_fn, self.shares.absurd_factor
         return aggregate_evaluate_replies(
-            replies,
-            weight_key=self.weighted_by_key,
-            aggr_fn=fn,
-            absurd_factor=self.shares.absurd_factor,
+            replies, weight_key=self.weighted_by_key, aggr_fn=fn, absurd_factor=factor
         )
 
     def _log_start(

@@ -23,7 +23,7 @@ from logging import WARNING
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from flwr.app import MetricRecord, RecordDict
+from flwr.app import Message, MetricRecord, RecordDict
 from flwr.common.logger import log
 
 from flower_edge import wire
@@ -32,7 +32,7 @@ from flower_edge.arrays import NDArray
 from strategies.fedavg_options import FedAvgOptions, aggregate_with
 from strategies.membership import Job, Node
 from strategies.metric_average import average_metrics
-from strategies.records import AggregationRecord, TrainReply, Update
+from strategies.records import AggregationRecord, TrainReply, Update, parse_reply_for
 
 if TYPE_CHECKING:
     from strategies.loop import EventLoop
@@ -42,6 +42,7 @@ __all__ = [
     "INTEGER_REPLY_HINT",
     "absurd_examples",
     "note_ignored_records",
+    "parse_train_reply",
     "accept_finished",
     "averaged_app_metrics",
     "metric_records",
@@ -187,6 +188,25 @@ def averaged_app_metrics(
     """
     rows = [(u.node_id, u.num_examples, dict(u.app_metrics)) for u in updates]
     return average_metrics(rows, "train")
+
+
+def parse_train_reply(loop: EventLoop, msg: Message, node_id: int) -> tuple[Any, str | None]:
+    """Parse the reply ``msg`` of ``node_id`` to a train message (:func:`parse_reply_for`).
+
+    Returns the parsed reply (``None`` when rejected) and the reason of a rejection; a
+    :class:`TrainReply`'s unread records are noted (:func:`note_ignored_records`).
+    """
+    reply, reason = parse_reply_for(
+        msg,
+        node_id,
+        loop.keys,
+        virtual=loop.clock.is_virtual,
+        weight_key=loop.strategy.weighted_by_key,
+        arrays_key=loop.strategy.arrayrecord_key,
+    )
+    if isinstance(reply, TrainReply):
+        note_ignored_records(loop, msg.content, node_id)
+    return reply, reason
 
 
 def note_ignored_records(loop: EventLoop, content: RecordDict, node_id: int) -> None:

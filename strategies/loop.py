@@ -68,12 +68,7 @@ from strategies.evaluation import (
     to_record,
 )
 from strategies.events import REPLY, DeadlineEvent, EventQueue, ReplyEvent, Sent
-from strategies.intake import (
-    accept_finished,
-    note_ignored_records,
-    screen_buffer,
-    train_metrics,
-)
+from strategies.intake import accept_finished, parse_train_reply, screen_buffer, train_metrics
 from strategies.liveness import expire, on_deadline, unavailable, unblock, wait
 from strategies.membership import Job, Membership, Node
 from strategies.records import (
@@ -86,7 +81,6 @@ from strategies.records import (
     TrainReply,
     Update,
     is_node_unavailable,
-    parse_reply_for,
 )
 from strategies.resume import (
     resume_from_checkpoint,
@@ -311,13 +305,7 @@ class EventLoop:
             event = ReplyEvent(sent, None, None, unavailable=gone)
             self.queue.push(self.dispatcher.event_time(sent, None), REPLY, event)
             return
-        virt, key = self.clock.is_virtual, self.strategy.weighted_by_key
-        arrays_key = self.strategy.arrayrecord_key
-        reply, reason = parse_reply_for(
-            msg, sent.node_id, self.keys, virtual=virt, weight_key=key, arrays_key=arrays_key
-        )
-        if isinstance(reply, TrainReply):
-            note_ignored_records(self, msg.content, sent.node_id)
+        reply, reason = parse_train_reply(self, msg, sent.node_id)
         self.dispatcher.observe(sent, reply)  # per-message overhead, for the slice budget
         when = self.dispatcher.event_time(sent, reply)
         self.queue.push(when, REPLY, ReplyEvent(sent, reply, reason, unavailable=gone))
