@@ -182,7 +182,8 @@ class ShareConfig:
     Parameters
     ----------
     profile : bool (default: True)
-        Ask each node for its resource profile (``query.profile``) before the first round.
+        Ask each node for its resource profile in its first train message (``profile-mode``;
+        no separate ``query.profile`` message, which a plain ClientApp could not answer).
         Nodes that do not answer, or answer badly, get equal shares (logged).
     profile_mode : {"quick", "full"} (default: "quick")
         Sent to the clients with the profile query.

@@ -1,11 +1,11 @@
 """Share planning (seed 000): profiles -> match ratios -> initial shares, caps, rebalancing.
 
-:class:`SharePlanner` asks every node for its resource profile (``query.profile``), turns the
-evaluations into match ratios on the distorted radar chart (:func:`flower_edge.radar.match_ratios`),
-splits the per-round total of samples by them (seed formula 7, capped by
-``max_share_fraction``), and after each aggregation refits each node's time model
-``T = k f + b`` from its recent jobs and moves samples from slow to fast nodes (seed step 9,
-or the equal-finish optimum). Nodes without a usable profile get equal shares.
+:class:`SharePlanner` asks every node for its resource profile (with its first train message),
+turns the evaluations into match ratios on the distorted radar chart
+(:func:`flower_edge.radar.match_ratios`), splits the per-round total of samples by them (seed
+formula 7, capped by ``max_share_fraction``), and after each aggregation refits each node's
+time model ``T = k f + b`` from its recent jobs and moves samples from slow to fast nodes (seed
+step 9, or the equal-finish optimum). Nodes without a usable profile get equal shares.
 """
 
 from __future__ import annotations
