@@ -2,14 +2,15 @@
 
 Found by a new-user audit of the docs against the code: the list of ``JobEvent`` kinds in
 docs/strategy.md lacked ``profiled``, and docs/simulations.md's example of the ``edge`` row's
-description lacked one of its departures. The tables checked here had drifted before too
-(each default below was read from the docs and compared by hand); now a changed default
-fails here until the docs say it.
+description lacked one of its departures. The tables and the constructor signature checked
+here agreed with the code when this was written (each default compared by hand); now a
+changed default fails here until the docs say it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import re
 import tomllib
 from pathlib import Path
@@ -17,8 +18,9 @@ from typing import Any, get_args
 
 from clients import Task
 from clients.settings import DEFAULT_ALPHA, DEFAULT_SEED, DEFAULT_THETA, RUN_CONFIG_KEYS
-from strategies import config
-from strategies.fedavg_options import FedAvgOptions
+from strategies import EdgeStrategy, SemiAsyncStrategy, config
+from strategies.base import StrategyOptions
+from strategies.fedavg_options import FEDAVG_IGNORED, FedAvgOptions
 from strategies.records import EventKind
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,3 +125,18 @@ def test_simulations_docs_example_description_is_the_edge_rows() -> None:
     documented = [head(part) for part in example.group(1).split("; ")]
     actual = [head(part) for part in departures(SimSettings.create("digits-20", "edge"))]
     assert documented == actual
+
+
+def test_strategy_docs_signature_has_the_constructor_defaults() -> None:
+    text = " ".join(_doc("docs/strategy.md").split())
+    signature = re.search(r"`EdgeStrategy\(threshold, \*, ([^`]+)\)`", text)
+    assert signature is not None
+    documented = dict(item.split("=", 1) for item in signature.group(1).split(", "))
+    code = {f.name: f.default for f in dataclasses.fields(FedAvgOptions)}
+    for cls in (SemiAsyncStrategy, EdgeStrategy):
+        for name, param in inspect.signature(cls.__init__).parameters.items():
+            if param.default is not inspect.Parameter.empty:
+                code[name] = param.default
+    assert {name: _as_doc(value) for name, value in code.items()} == documented
+    # FedAvg's fraction_train and min_train_nodes are taken and ignored (docs/dropin.md)
+    assert set(StrategyOptions.__annotations__) - set(documented) == set(FEDAVG_IGNORED)
