@@ -140,3 +140,18 @@ def test_strategy_docs_signature_has_the_constructor_defaults() -> None:
     assert {name: _as_doc(value) for name, value in code.items()} == documented
     # FedAvg's fraction_train and min_train_nodes are taken and ignored (docs/dropin.md)
     assert set(StrategyOptions.__annotations__) - set(documented) == set(FEDAVG_IGNORED)
+
+
+def test_flwr_run_drops_a_ray_address_in_the_connection_as_the_docs_say() -> None:
+    """docs/simulations.md told ``flwr run`` users to attach to a Ray cluster with
+    ``options.backend.init-args.address``, which flwr 1.42 drops: the run used a local Ray."""
+    from flwr.cli.flower_config import _parse_simulation_options
+
+    options = {"num-supernodes": 2, "backend": {"init-args": {"address": "auto", "num-cpus": 2}}}
+    init_args = _parse_simulation_options(options).backend.init_args
+    assert init_args is not None
+    assert init_args.num_cpus == 2
+    assert "address" not in vars(init_args)  # no such field: the key is dropped
+    text = " ".join(_doc("docs/simulations.md").split())
+    assert "init-args.address =" not in text
+    assert "`RAY_ADDRESS=HEAD_IP:6379`" in text
