@@ -155,3 +155,12 @@ def test_flwr_run_drops_a_ray_address_in_the_connection_as_the_docs_say() -> Non
     text = " ".join(_doc("docs/simulations.md").split())
     assert "init-args.address =" not in text
     assert "`RAY_ADDRESS=HEAD_IP:6379`" in text
+
+
+def test_deployment_docs_quote_flowers_pull_limits() -> None:
+    """docs/deployment.md said a reply's arrays are pulled "with no time limit"; flwr 1.42
+    gives up after its PULL_MAX_TIME (the docs' bound on how long a run can stall)."""
+    from flwr.supercore.constant import PULL_BACKOFF_CAP, PULL_MAX_TIME
+
+    text = " ".join(_doc("docs/deployment.md").split())
+    assert f"`PULL_MAX_TIME`, {PULL_MAX_TIME} s; backoff capped at {PULL_BACKOFF_CAP} s" in text
