@@ -164,3 +164,17 @@ def test_deployment_docs_quote_flowers_pull_limits() -> None:
 
     text = " ".join(_doc("docs/deployment.md").split())
     assert f"`PULL_MAX_TIME`, {PULL_MAX_TIME} s; backoff capped at {PULL_BACKOFF_CAP} s" in text
+
+
+def test_simulations_docs_scenario_table_is_the_scenarios() -> None:
+    from simulations.scenarios import SCENARIOS
+
+    rows = _rows(_doc("docs/simulations.md"), "| name | data | model | clients | partition |")
+    assert [row[0].split("`")[1] for row in rows] == list(SCENARIOS)
+    for name, _, _, clients, _, spread, k, target, budget in rows:
+        scenario = SCENARIOS[name.split("`")[1]]
+        assert int(clients) == scenario.num_clients, name
+        assert float(spread.rstrip("×")) == scenario.heterogeneity, name
+        assert int(k) == scenario.threshold, name
+        assert float(target) == scenario.target_accuracy, name
+        assert int(budget) == scenario.update_budget, name
