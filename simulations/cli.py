@@ -188,6 +188,13 @@ def _engine_options(args: argparse.Namespace) -> dict[str, Any] | None:
                 "--engine inprocess (one process, no Ray)"
             )
         return None
+    if args.ray_address is None and os.environ.get("RAY_ADDRESS", "").strip():
+        # ray.init would attach to it anyway, and refuse the num_cpus of a local instance
+        args.ray_address = os.environ["RAY_ADDRESS"].strip()
+        _note(
+            f"RAY_ADDRESS={args.ray_address} is set: the run attaches to that Ray cluster, as "
+            "with --ray-address (unset RAY_ADDRESS for a local Ray instance)"
+        )
     if args.ray_address is None:
         cores = os.cpu_count() or 1
         if args.cpus is not None and args.cpus > cores:

@@ -67,7 +67,8 @@ def _backend_config(
     init_args: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": False}
     if ray_init_args:
         init_args.update(ray_init_args)
-    if "address" not in init_args:
+    if "address" not in init_args and not os.environ.get("RAY_ADDRESS", "").strip():
+        # with RAY_ADDRESS set ray.init attaches to that cluster, which refuses num_cpus
         init_args.setdefault("num_cpus", cpus if cpus is not None else (os.cpu_count() or 1))
     return {
         "client_resources": {"num_cpus": client_num_cpus, "num_gpus": 0.0},

@@ -470,3 +470,23 @@ def test_analyze_finds_a_model_file_in_the_current_folder(
     assert main(argv) == 0
     assert json.loads(capsys.readouterr().out)["operators"]
     fails(["analyze", "no_model_s14:make", "--input-shape", "4,8"], capsys, "No module named")
+
+
+def test_simulate_takes_ray_address_from_the_environment(
+    closed_port: int,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``RAY_ADDRESS`` set and no ``--ray-address``: ray.init attaches to it and refused the
+    ``num_cpus`` of a local instance; it is now taken as ``--ray-address`` and checked."""
+    from simulations.runner import _backend_config
+
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{closed_port}")
+    out = tmp_path / "out"
+    argv = ["simulate", "--strategy", "edge", "--rounds", "1", "--out", str(out)]
+    fails(argv, capsys, "--ray-address")
+    assert not out.exists()
+    assert "num_cpus" not in _backend_config(None, 1.0, None)["init_args"]
+    monkeypatch.delenv("RAY_ADDRESS")
+    assert _backend_config(3, 1.0, None)["init_args"]["num_cpus"] == 3
