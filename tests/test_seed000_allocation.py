@@ -343,3 +343,45 @@ def test_optimal_equals_exhaustive_and_beats_seed(data: st.DataObject, n: int, t
 def test_rebalance_bad_input(kwargs: dict[str, object], match: str) -> None:
     with pytest.raises(InputError, match=match):
         rebalance(**kwargs)  # type: ignore[arg-type]
+
+
+def _bisect_equal_finish(total: int, models: Sequence[TimeModel], caps: Sequence[float]) -> float:
+    """Reference: smallest T with sum_d clip((T - b_d) / k_d, 0, cap_d) >= total, by bisection."""
+
+    def held(t: float) -> float:
+        return sum(min(c, max(0.0, (t - m.b) / m.k)) for m, c in zip(models, caps, strict=True))
+
+    lo, hi = 0.0, 1.0
+    while held(hi) < total:
+        hi *= 2.0
+    for _ in range(200):
+        mid = (lo + hi) / 2.0
+        lo, hi = (lo, mid) if held(mid) >= total else (mid, hi)
+    return hi
+
+
+def test_equal_finish_time_with_caps_and_late_starters_matches_bisection() -> None:
+    # the sweep reaches F before its last event (a cap binds, a node with a large b never
+    # starts): T* must still solve sum_d clip((T - b_d) / k_d, 0, cap_d) = F
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        n = int(rng.integers(1, 6))
+        models = [
+            TimeModel(float(rng.uniform(0.05, 5.0)), float(rng.choice([0.0, 1.0, 50.0])))
+            for _ in range(n)
+        ]
+        caps = [float(rng.choice([math.inf, 3.0, 20.0])) for _ in range(n)]
+        total = int(rng.integers(1, 40))
+        if sum(min(c, total) for c in caps) < total:
+            continue
+        want = _bisect_equal_finish(total, models, caps)
+        assert _equal_finish_time(total, models, caps) == pytest.approx(want, rel=1e-9, abs=1e-9)
+
+
+def test_optimal_rounds_down_from_the_continuous_optimum() -> None:
+    # F = 3, k = (0.5, 2, 2): T* = 1 gives (2, 0.5, 0.5); rounding each up to (2, 1, 1) and
+    # taking one back leaves makespan 2, but the optimum (by enumeration) is (3, 0, 0) at 1.5
+    models = [TimeModel(0.5, 0.0), TimeModel(2.0, 0.0), TimeModel(2.0, 0.0)]
+    alloc = rebalance([1, 1, 1], models, method="optimal")
+    assert alloc.makespan == brute_makespan(3, models, [math.inf] * 3) == 1.5
+    assert alloc.samples == (3, 0, 0)
