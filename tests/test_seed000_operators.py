@@ -14,7 +14,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from flower_edge.errors import InputError
 from flower_edge.models import build_model
-from flower_edge.operators import ModelProfile, OperatorCost, analyze_model
+from flower_edge.operators import ModelProfile, OperatorCost, analyze_model, op_cost
 
 F32 = 4
 
@@ -317,3 +317,45 @@ def test_compute_share_of_rejects_bad_input(model: object, shape: tuple, match: 
 
     with pytest.raises(InputError, match=match):
         compute_share_of(model, shape)  # type: ignore[arg-type]
+
+
+def test_attention_value_dim_differs_from_query_dim() -> None:
+    # S = B H S_q S_k = 2*3*5*7 scores; Q K^T costs 2 S D (D = 8), P V costs 2 S D_v (D_v = 4)
+    q = torch.zeros(2, 3, 5, 8, device="meta")
+    k = torch.zeros(2, 3, 7, 8, device="meta")
+    v = torch.zeros(2, 3, 7, 4, device="meta")
+    out = torch.zeros(2, 3, 5, 4, device="meta")
+    scores = 2 * 3 * 5 * 7
+    aten = torch.ops.aten
+    fwd, _, modelled = op_cost(
+        aten._scaled_dot_product_efficient_attention.default, (q, k, v, None, False), {}, (out,)
+    )
+    assert modelled
+    assert fwd == 2 * scores * (8 + 4) + 5 * scores
+    bwd_args = (out, q, k, v, None, out, None, None, None, 0.0, [True, True, True, False])
+    bwd, _, _ = op_cost(
+        aten._scaled_dot_product_efficient_attention_backward.default, bwd_args, {}, (q, k, v)
+    )
+    assert bwd == 2 * scores * (3 * 8 + 2 * 4) + 3 * scores
+
+
+def test_pooling_with_an_int_kernel_counts_the_kernel_area() -> None:
+    # nn.AvgPool2d(2) hands aten a one-element kernel: the window is 2 x 2, not 2
+    class Scaled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(1, 2, 6, 6))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return nn.functional.avg_pool2d(x * self.w, 2)
+
+    profile = analyze_model(Scaled(), torch.zeros(1, 2, 6, 6))
+    outputs = 1 * 2 * 3 * 3
+    assert only(profile, "avg_pool2d")[0].flops == outputs * 4
+    assert only(profile, "avg_pool2d_backward")[0].flops == outputs * 4  # grad-output elements
+    # aten also takes a one-element kernel list, widened to every spatial dim: [2] is 2 x 2 x 2
+    x = torch.zeros(1, 2, 4, 4, 4, device="meta")
+    y = torch.zeros(1, 2, 2, 2, 2, device="meta")
+    flops, _, modelled = op_cost(torch.ops.aten.avg_pool3d.default, (x, [2]), {}, y)
+    assert modelled
+    assert flops == 16 * 8
