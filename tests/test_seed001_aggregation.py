@@ -156,6 +156,22 @@ def test_integer_arrays_are_rounded_back_to_their_dtype() -> None:
     assert weighted_average([[np.array(1)], [np.array(2)]], [1.0, 1.0])[0] == 2  # 1.5 -> 2
 
 
+def test_integer_means_round_half_to_even() -> None:
+    # equal weights: (1 + 2) / 2 = 1.5 -> 2, (2 + 3) / 2 = 2.5 -> 2, (-4 + -3) / 2 = -3.5 -> -4
+    ref: list[np.ndarray] = [np.zeros(3, dtype=np.int64)]
+    a, b = np.array([1, 2, -4], np.int64), np.array([2, 3, -3], np.int64)
+    total = WeightedSum(ref)
+    total.add("a", [a], 1.0)
+    total.add("b", [b], 1.0)
+    total.add("c", [np.array([9, 9, 9], np.int64)], 2.0)
+    assert total.mean_without("c")[0].tolist() == [2, 2, -4]  # the O(1) subtraction path
+    assert weighted_average([[a], [b]], [1.0, 1.0])[0].tolist() == [2, 2, -4]
+    two = WeightedSum(ref)
+    two.add("a", [a], 1.0)
+    two.add("b", [b], 1.0)
+    assert two.mean()[0].tolist() == [2, 2, -4]
+
+
 def test_updates_are_buffered_as_received_not_copied() -> None:
     x = [np.arange(4, dtype=np.float32)]
     total = WeightedSum(x)
