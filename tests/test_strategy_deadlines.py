@@ -8,6 +8,7 @@ from flwr.app import Message
 
 from flower_edge.errors import ConfigError
 from strategies import EdgeStrategy, InProcessGrid, LoopConfig, ManualClock
+from strategies.deadlines import WINDOW, DeadlinePolicy
 
 # wall-clock latencies per node (seconds per message; whole jobs: one message per job)
 LATENCY = {1001: 1.0, 1002: 2.0, 1003: 3.0, 1004: 4.0}
@@ -127,3 +128,22 @@ def test_the_end_of_a_run_sends_no_new_work_and_collects_the_last_slices() -> No
     assert "1 message was out at the end; jobs in slices stop at their slice end" in caplog.text
     assert "0 still out after waiting" in caplog.text
     assert "of at most 2.5 s" in caplog.text  # 1001: 2.5 s round trips
+
+
+def test_auto_deadline_rule_by_hand() -> None:
+    # deadline = max(floor, factor * longest of the node's last WINDOW round trips); a node
+    # without any takes the longest of every node's; a 0 s round trip is a round trip
+    loop = LoopConfig(deadline_factor=3.0, deadline_floor=1.0)
+    policy = DeadlinePolicy(loop, virtual=False, name="t")
+    assert policy.for_node(1) is None  # nothing observed yet
+    policy.observe(1, 0.0)
+    assert policy.for_node(1) == 1.0  # floor, from its own (zero) round trip
+    for seconds in (2.0, 5.0, 1.5):
+        policy.observe(1, seconds)
+    assert policy.for_node(1) == 15.0  # 3 x its longest (5.0), not its latest (1.5)
+    policy.observe(2, 0.5)
+    assert policy.for_node(2) == 1.5  # its own round trips only
+    assert policy.for_node(3) == 15.0  # no round trip of its own: the longest of all
+    for _ in range(WINDOW):
+        policy.observe(1, 1.0)
+    assert policy.for_node(1) == 3.0  # 5.0 has left the window
