@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from strategies import (
     StopConfig,
     VirtualClock,
 )
-from strategies.checkpoint import AUDIT_FILE, STATE_FILE
+from strategies.checkpoint import AUDIT_FILE, BUFFER_FILE, STATE_FILE, audit_entries
 
 SHARES = ShareConfig(profile=False, total_samples=400, rebalance="seed")
 
@@ -85,6 +86,40 @@ def test_a_run_killed_between_audit_and_state_write_counts_nothing_twice(tmp_pat
     audit = store.audit()
     assert [e["round"] for e in audit].count(3) == 4
     assert {"round": 3, "node": 1001, "job": 9, "base_version": 2, "weight": 1.0} not in audit
+
+
+class _KilledError(Exception):
+    """Stands for a kill of the server process."""
+
+
+def test_a_run_killed_between_state_and_buffer_write_counts_nothing_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the kill comes after round 2's state is written, before its emptied buffer is: the
+    # buffer file still lists round 2's updates, which the audit holds already
+    whole, whole_result = _run(4)
+    save_run = CheckpointStore.save_run
+
+    def killed_after_state(self: CheckpointStore, record: Any, *rest: Any) -> None:
+        if record.round < 2:
+            return save_run(self, record, *rest)
+        keys, arrays, state, _, *average = rest
+        self.append_audit(audit_entries(record))
+        self.save(record.round, keys, arrays, state.to_json(), *average)
+        raise _KilledError
+
+    with monkeypatch.context() as patch:
+        patch.setattr(CheckpointStore, "save_run", killed_after_state)
+        with pytest.raises(_KilledError):
+            _run(4, tmp_path)
+    assert len(json.loads((tmp_path / BUFFER_FILE).read_text())) == 4  # round 2's updates
+    resumed, resumed_result = _run(4, tmp_path, resume=True)
+    assert _without_jobs(resumed) == _without_jobs(whole)
+    for a, b in zip(as_numpy(whole_result.arrays), as_numpy(resumed_result.arrays), strict=True):
+        assert a.tobytes() == b.tobytes()
+    pairs = [(e["node"], e["job"]) for e in CheckpointStore(tmp_path).audit()]
+    assert len(pairs) == 16
+    assert len(set(pairs)) == len(pairs)
 
 
 def test_checkpoint_files_are_plain_json_and_npz(tmp_path: Path) -> None:
