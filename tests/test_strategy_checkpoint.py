@@ -415,6 +415,16 @@ def test_a_finished_run_is_not_resumed_a_new_run_starts_and_the_old_one_is_kept(
     assert first.history[0].to_json() == again.history[0].to_json()
 
 
+def test_a_run_at_its_budget_without_the_finished_mark_is_not_resumed(tmp_path: Path) -> None:
+    # killed after its last checkpoint, before finished.json: version == budget is finished
+    _run(2, tmp_path)
+    (tmp_path / "finished.json").unlink()
+    again, _ = _run(2, tmp_path, resume=True)
+    assert [h.round for h in again.history] == [1, 2]
+    assert len(list(tmp_path.glob("previous-*"))) == 1  # a new run; the old one kept aside
+    assert [e["round"] for e in CheckpointStore(tmp_path).audit()] == [1] * 4 + [2] * 4
+
+
 def test_a_run_stopped_early_by_its_rule_is_finished_under_the_same_budget(tmp_path: Path) -> None:
     stop = StopConfig(target=0.0)  # met by the first aggregation
     first, _ = _run(5, tmp_path, resume=True, stop=stop)
