@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from conftest import ToyEdge, accuracy_fn, as_numpy, model
 
+import strategies.loop
 from flower_edge.errors import ConfigError, InputError
 from strategies import (
     CheckpointStore,
@@ -237,6 +238,40 @@ def test_updates_accepted_between_aggregations_survive_a_kill(tmp_path: Path) ->
     audit = [(e["node"], e["job"]) for e in store.audit()]
     assert len(audit) == len(set(audit))
     assert [e["round"] for e in store.audit()] == [1, 1, 1, 2, 2, 2, 3, 3, 3]
+
+
+def test_a_node_with_a_restored_update_waits_for_the_next_global(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # killed right after the second update on global 1 is persisted (K = 2: no trigger yet);
+    # on resume those two nodes already did their job for version 1 and must not get another
+    persist = strategies.loop.save_buffered_update
+
+    def killed_after_two(loop: Any, update: Any) -> None:
+        persist(loop, update)
+        if loop.version == 1 and len(loop.buffer) == 2:
+            raise ServerKilledError("server killed after persisting an update")
+
+    def edge(resume: bool) -> EdgeStrategy:
+        return EdgeStrategy(
+            threshold=2,
+            clock=VirtualClock(wall=ManualClock()),
+            shares=ShareConfig(profile=False, total_samples=400, rebalance="off"),
+            checkpoint_dir=tmp_path,
+            resume=resume,
+        )
+
+    with monkeypatch.context() as patch:
+        patch.setattr(strategies.loop, "save_buffered_update", killed_after_two)
+        with pytest.raises(ServerKilledError):
+            edge(False).start(InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=3)
+    restored = [(e["node"], e["base_version"]) for e, _ in CheckpointStore(tmp_path).buffered(2)]
+    assert restored == [(1004, 1), (1003, 1)]
+    resumed = edge(True)
+    resumed.start(InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=3)
+    second = resumed.history[1]
+    assert second.participants == (1004, 1003, 1002)  # each node once: 1004 not retrained
+    assert second.job_ids[:2] == (7, 6)  # the two restored updates
 
 
 def test_time_model_observations_stay_bounded(tmp_path: Path) -> None:
