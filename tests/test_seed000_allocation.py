@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flower_edge.allocation import (
+    MAX_POINTS,
     Allocation,
     TimeModel,
     _equal_finish_time,
@@ -385,3 +386,11 @@ def test_optimal_rounds_down_from_the_continuous_optimum() -> None:
     alloc = rebalance([1, 1, 1], models, method="optimal")
     assert alloc.makespan == brute_makespan(3, models, [math.inf] * 3) == 1.5
     assert alloc.samples == (3, 0, 0)
+
+
+def test_fit_follows_the_latest_observations() -> None:
+    # the "dynamic" time model: only the latest MAX_POINTS count; the node got twice as slow
+    old = [(float(load), 1.0 * load + 2.0) for load in range(1, MAX_POINTS + 1)]
+    new = [(float(load), 2.0 * load + 3.0) for load in range(1, MAX_POINTS + 1)]
+    fitted = fit_time_model(old + new)
+    assert fitted == TimeModel(2.0, 3.0)

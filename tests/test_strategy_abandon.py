@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ from strategies import (
 )
 from strategies.abandon import AbandonPolicy
 from strategies.config import AbandonConfig
+from strategies.membership import Node
 
 
 def test_resources_and_the_median_theta_by_hand() -> None:
@@ -42,6 +44,26 @@ def test_resources_and_the_median_theta_by_hand() -> None:
         for i, v in ((1, 0.6), (2, 0.4), (3, 0.4))
     ]
     assert got == [True, True, False]
+
+
+def test_theta_is_derived_from_the_live_nodes_only() -> None:
+    # node 4 has left: neither its R (it would be the best-matched) nor its score counts
+    nodes = [
+        Node(1, ratio=0.16),
+        Node(2, ratio=0.04),
+        Node(3, ratio=0.01),
+        Node(4, ratio=0.64, gone=True),
+    ]
+    evaluation = SimpleNamespace(values={1: 0.6}, last_values=(1, [1, 2], [0.6, 0.2]))
+    policy = AbandonPolicy(AbandonConfig(), enabled=True)
+    policy.refresh_from(nodes, evaluation)  # type: ignore[arg-type]
+    assert policy.resources == pytest.approx({1: 1.0, 2: 0.5, 3: 0.25})  # as by hand above
+    assert policy.theta == pytest.approx(0.45)
+    # with every node gone, all of them count (rather than none)
+    for node in nodes:
+        node.gone = True
+    policy.refresh_from(nodes, evaluation)  # type: ignore[arg-type]
+    assert set(policy.resources) == {1, 2, 3, 4}
 
 
 def test_a_user_theta_is_sent_as_is_and_a_disabled_policy_never_abandons() -> None:
