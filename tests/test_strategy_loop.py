@@ -32,6 +32,7 @@ from strategies import (
     LoopConfig,
     ManualClock,
     ShareConfig,
+    ValuationConfig,
 )
 
 
@@ -150,6 +151,30 @@ def test_leave_one_out_values_match_brute_force_reaggregation() -> None:
         metrics = result.train_metrics_clientapp[record.round]
         for node, value in zip(record.participants, record.values, strict=True):
             assert metrics[f"value-{node}"] == pytest.approx(value)
+
+
+def test_leave_one_out_values_on_a_loss_match_brute_force_reaggregation() -> None:
+    # a loss: node i's contribution is loss(x_{-i}) - loss(x) (removing a helper raises it)
+    toy = ToyEdge(speeds=[10.0, 12.0, 14.0, 80.0])
+    by_loss = ValuationConfig(metric_key="loss", higher_is_better=False)
+    strategy, _, _ = run_edge(toy, rounds=2, valuation=by_loss)
+    evaluate = accuracy_fn()
+    for record in strategy.history:
+        updates = [
+            toy.returned[(n, j)] for n, j in zip(record.participants, record.job_ids, strict=True)
+        ]
+        w = list(record.raw_weights)
+        full = evaluate(0, model(hand_mean(updates, w).tolist()))["loss"]
+        contributions = []
+        for i in range(len(updates)):
+            others = [u for k, u in enumerate(updates) if k != i]
+            wo = [x for k, x in enumerate(w) if k != i]
+            without = evaluate(0, model(hand_mean(others, wo).tolist()))["loss"]
+            contributions.append(without - full)
+        assert record.contributions == pytest.approx(contributions, abs=1e-6)
+        clamped = [max(c, 0.0) for c in contributions]
+        assert sum(clamped) > 0
+        assert record.values == pytest.approx([c / sum(clamped) for c in clamped], abs=1e-5)
 
 
 def test_values_reach_the_next_train_messages() -> None:
