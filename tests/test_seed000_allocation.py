@@ -196,6 +196,15 @@ def test_seed_transfer_by_hand() -> None:
     assert alloc == Allocation((4, 8), (8.0, 8.0), 8.0, "seed")
 
 
+def test_seed_gap_of_a_transfer_that_empties_the_slowest_uses_its_line() -> None:
+    # T_s = 1*2 + 1.8 = 3.8, T_f = 0: delta = 3.8 / 2 = 1.9 -> 1 or 2 samples. Formula 9's
+    # gap |T_f' - T_s'| with T = k f + b: 1 -> |1 - 2.8| = 1.8, 2 -> |2 - 1.8| = 0.2: one
+    # move of 2 (the emptied node then idles: time 0)
+    models = [TimeModel(1.0, 1.8), TimeModel(1.0, 0.0)]
+    alloc = rebalance([2, 0], models, method="seed", max_moves=1)
+    assert alloc == Allocation((0, 2), (0.0, 2.0), 2.0, "seed")
+
+
 def test_seed_rounds_delta_to_smaller_gap() -> None:
     # T_s = 10, T_f = 1 (b=1, f=0 would be idle: give it 1 sample -> 2): delta = (10-2)/2 = 4
     models = [TimeModel(1.0, 0.0), TimeModel(1.0, 1.0)]
