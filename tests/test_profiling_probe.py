@@ -451,3 +451,14 @@ def test_a_disk_dir_in_memory_is_rated_with_a_note(
     table = format_report(report).splitlines()
     note = table.index(next(line for line in table if "note:" in line))
     assert table[note - 1].lstrip().startswith("disk-large")
+
+
+def test_median_run_by_hand() -> None:
+    # whole runs (same samples): the median time, not the mean (one slow outlier)
+    assert probe_mod._median_run([(100, 1.0), (100, 1.5), (100, 5.0)]) == (100, 1.5)
+    # cut runs: the run of median intensity (samples / seconds), not of median time;
+    # intensities 200, 10, 30 -> the 30-samples/s run
+    assert probe_mod._median_run([(100, 0.5), (10, 1.0), (90, 3.0)]) == (90, 3.0)
+    # an even count takes the lower median: intensities 40, 50, 90, 100 -> 50
+    runs = [(100, 1.0), (50, 1.0), (80, 2.0), (90, 1.0)]
+    assert probe_mod._median_run(runs) == (50, 1.0)
