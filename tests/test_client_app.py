@@ -232,6 +232,16 @@ def test_low_score_continues_the_stale_job() -> None:
     assert m[wire.SAMPLES_PROCESSED] == 32
 
 
+@pytest.mark.parametrize(("availability", "abandoned"), [(1.0, 1), (0.5, 0), (0.46 / 0.9, 1)])
+def test_availability_scales_the_resource_of_the_decision(
+    availability: float, abandoned: int
+) -> None:
+    # alpha = 1: score = R = sqrt(0.81) * availability = 0.9 * availability; theta 0.46 (a
+    # tie abandons)
+    m, _ = _preempt(1.0, 0.46, 0.81, None, availability=availability)
+    assert m[wire.ABANDONED] == abandoned
+
+
 def test_first_round_decision_uses_the_neutral_value() -> None:
     # no results yet: V = 0.5 (neutral); alpha = 0.5, R = 0.64: score 0.57 -> continue at 0.6
     m, _ = _preempt(0.5, 0.6, 0.64**2, None)
