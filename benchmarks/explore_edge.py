@@ -31,6 +31,20 @@ strategy. A variant is ``label:JSON`` with any of these keys:
     ``x + server_lr * sum_i s(tau_i) delta_i / n``, ``server_lr`` from ``server_lr``, 1.0 by
     default) instead of its own; its dispatch, shares, slices and abandon rule stay (issue 10,
     session 6: which part of the method makes the difference from FedBuff).
+``ca2fl``
+    ``"all"`` or ``"seen"`` (issue 10, session 15): CA2FL's cached calibration (Wang et al.,
+    ICLR 2024) as the edge strategy's combine. The server keeps each node's latest delta
+    ``h_i``; the step is ``h + sum_i w_i (delta_i - h_i) / sum_i w_i`` with the preset's
+    weights ``w_i`` (shares times decay), ``h`` the mean of the cached deltas before this
+    buffer (``"all"``: over the scenario's ``N`` nodes, a node never heard from counting
+    as 0, as in the paper; ``"seen"``: over the nodes cached so far) and ``h_i = 0`` for a
+    node not cached yet; the server lr (with its staleness scaling), shares, slices,
+    abandon rule, values, stop and served model stay the preset's.
+``prox``
+    ``mu`` (issue 10, session 15): FedProx's proximal term ``mu / 2 ||w - w_0||^2`` added to
+    the local loss of every job of this variant, ``w_0`` the global model the job started
+    from (kept across the job's slices). Only the runs of the variant train with it (the
+    training function is restored for the next variant).
 ``ema``
     A list of decays ``beta`` (issue 10, session 5): besides the global model, the run
     evaluates after every aggregation the server-side exponential moving average
@@ -97,6 +111,7 @@ from typing import Any
 
 import numpy as np
 
+import clients.jobs as jobs_module
 import strategies.edge as edge_module
 import strategies.loop as loop_module
 from flower_edge.server_opt import staleness_scale
@@ -244,6 +259,121 @@ def _data_weighted(strategy: Any, normalise: bool) -> Any:
         return Combined(total.mean(), tuple(weights), total)
 
     return combine
+
+
+class _CalibratedSum(edge_module._StepSum):
+    """A ``_StepSum`` of calibrated deltas ``delta_i - h_i``; its step adds the cache mean ``h``."""
+
+    def __init__(self, global_arrays: Sequence[Any], lr: float, cache_mean: list[Any] | None):
+        super().__init__(global_arrays, lr, deltas=True)
+        self._cache_mean = cache_mean
+
+    def _finish(self, arrays: Sequence[Any]) -> list[Any]:
+        if self._cache_mean is not None:
+            arrays = [
+                np.asarray(a, dtype=np.float64) + h if h is not None else a
+                for a, h in zip(arrays, self._cache_mean, strict=True)
+            ]
+        return super()._finish(arrays)  # type: ignore[no-any-return]
+
+
+def _ca2fl(strategy: Any, num_nodes: int, mode: str) -> Any:
+    """CA2FL's combine (see ``ca2fl``): buffered deltas calibrated by each node's cached delta."""
+    if mode not in ("all", "seen"):
+        raise ValueError(f"ca2fl must be 'all' or 'seen', got {mode!r}")
+    cache: dict[int, list[Any]] = {}  # node id -> its latest delta (float64; None for ints)
+
+    def cache_mean() -> list[Any] | None:
+        if not cache:
+            return None
+        rows = list(cache.values())
+        n = num_nodes if mode == "all" else len(rows)
+        return [None if col[0] is None else sum(col) / n for col in zip(*rows, strict=True)]
+
+    def combine(
+        global_arrays: list[Any], updates: Sequence[Update], version: int, bases: dict[int, Any]
+    ) -> Combined:
+        lr = strategy.server_lr
+        if strategy.staleness_lr:
+            lr *= staleness_scale([max(0, version - u.base_version) for u in updates])
+        total = _CalibratedSum(global_arrays, lr, cache_mean())
+        weights, fresh = [], {}
+        for u in updates:
+            w = strategy.coefficient(u) * strategy.decay(u.delay)
+            base = bases.get(u.base_version, global_arrays)
+            delta = [edge_module._delta(a, b) for a, b in zip(u.arrays, base, strict=True)]
+            floats = [d if d.dtype.kind == "f" else None for d in delta]
+            old = cache.get(u.node_id)
+            calibrated = (
+                delta
+                if old is None
+                else [d if h is None else d - h for d, h in zip(delta, old, strict=True)]
+            )
+            total.add((u.node_id, u.job_id), calibrated, w, checked=True)
+            fresh[u.node_id] = floats
+            weights.append(w)
+        cache.update(fresh)  # h_i <- delta_i after the step (the buffer's own old h_i used)
+        return Combined(total.mean(), tuple(weights), total)
+
+    return combine
+
+
+_ORIGINAL_START_JOB = jobs_module.start_job
+_ORIGINAL_RUN_SLICE = jobs_module.run_slice
+_ORIGINAL_TRAIN_SLICE = getattr(jobs_module, "train_slice")  # noqa: B009 (not exported)
+PROX_MISSES: list[int] = []  # slices of a job whose start was not seen (trained without prox)
+
+
+def _install_prox(mu: float | None) -> None:
+    """Train every job with FedProx's term ``mu`` (``None``: restore plain training)."""
+    import torch
+
+    if mu is None:
+        jobs_module.start_job = _ORIGINAL_START_JOB
+        jobs_module.run_slice = _ORIGINAL_RUN_SLICE
+        setattr(jobs_module, "train_slice", _ORIGINAL_TRAIN_SLICE)  # noqa: B010
+        return
+    weight = float(mu)
+    anchors: dict[int, tuple[int, list[Any]]] = {}  # node -> (job id, w_0 of that job)
+    current: dict[str, Any] = {"anchor": None}
+
+    def start_job(
+        rt: Any, job_id: int, base_version: int, share: int, arrays: Any, s: Any, node_id: int
+    ) -> Any:
+        job = _ORIGINAL_START_JOB(rt, job_id, base_version, share, arrays, s, node_id)
+        params = [p for p in job.slot.model.parameters() if p.requires_grad]
+        anchors[node_id] = (job_id, [p.detach().clone() for p in params])
+        return job
+
+    def run_slice(rt: Any, job: Any, train: Any, s: Any, node_id: int, **kw: Any) -> Any:
+        job_id, anchor = anchors.get(node_id, (None, None))
+        current["anchor"] = anchor if job_id == job.record.job_id else None
+        if current["anchor"] is None:
+            PROX_MISSES.append(1)
+        try:
+            return _ORIGINAL_RUN_SLICE(rt, job, train, s, node_id, **kw)
+        finally:
+            current["anchor"] = None
+
+    class ProxLoss(torch.nn.Module):
+        def __init__(self, base: Any, model: Any, anchor: list[Any]) -> None:
+            super().__init__()
+            self.base, self.anchor = base, anchor
+            self.params = [p for p in model.parameters() if p.requires_grad]
+
+        def forward(self, out: Any, y: Any) -> Any:
+            prox = sum(((p - a) ** 2).sum() for p, a in zip(self.params, self.anchor, strict=True))
+            return self.base(out, y) + 0.5 * weight * prox
+
+    def train_slice(model: Any, optimizer: Any, loss_fn: Any, *args: Any, **kw: Any) -> Any:
+        anchor = current["anchor"]
+        if anchor is not None:
+            loss_fn = ProxLoss(loss_fn, model, anchor)
+        return _ORIGINAL_TRAIN_SLICE(model, optimizer, loss_fn, *args, **kw)
+
+    jobs_module.start_job = start_job
+    jobs_module.run_slice = run_slice
+    setattr(jobs_module, "train_slice", train_slice)  # noqa: B010
 
 
 def _annealed(strategy: Any, rounds: int, start: float, floor: float) -> Any:
@@ -439,6 +569,8 @@ def _change(s: Any, settings: SimSettings, variant: dict[str, Any]) -> None:
     if variant.get("fedbuff_combine"):
         # FedBuff's own combine (its threshold plays no part in it)
         s.combine = FedBuff(s.threshold, server_lr=float(variant.get("server_lr", 1.0))).combine
+    if "ca2fl" in variant:
+        s.combine = _ca2fl(s, settings.scenario.num_clients, str(variant["ca2fl"]))
     if "anneal" in variant:
         start, floor = variant["anneal"]
         s.combine = _annealed(s, settings.rounds, float(start), float(floor))
@@ -449,6 +581,12 @@ def install(variant: dict[str, Any]) -> None:
     module: Any = sys.modules[tta.run_server_module()]
     original = getattr(module, "_original_build_strategy", module.build_strategy)
     module._original_build_strategy = original
+
+    strategy = variant.get("strategy", "edge")
+    prox = variant.get("prox")
+    if prox is not None and strategy not in ("edge", "edge-seed"):
+        raise ValueError(f"prox trains the edge runs only, not strategy {strategy!r}")
+    _install_prox(None if prox is None else float(prox))
 
     def build(settings: SimSettings, clock: Any) -> Any:
         s = original(settings, clock)
@@ -505,6 +643,9 @@ def main(argv: list[str] | None = None) -> int:
             etas = getattr(BUILT[-1], "explore_etas", None)
             if etas:
                 extra["etas"] = etas
+            if "prox" in variant:
+                extra["prox_misses"] = len(PROX_MISSES)
+                PROX_MISSES.clear()
             dropped = getattr(BUILT[-1], "explore_dropped", None)
             if dropped:
                 extra["dropped"] = sum(dropped)
