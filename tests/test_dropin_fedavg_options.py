@@ -143,6 +143,26 @@ def _run(strategy: object, app: ClientApp) -> tuple[Result, InProcessGrid]:
     return result, grid
 
 
+def _own_clientapp() -> tuple[ClientApp, ArrayRecord]:
+    """flower-edge's own ClientApp on a small MLP, 48 samples per node (rated by a probe),
+    and the initial model (seed 0)."""
+    from torch.utils.data import TensorDataset
+
+    from clients.app import build_client_app
+    from clients.task import Task
+    from flower_edge.models import MLP
+
+    x, y = _data(1, 60)
+    task = Task(
+        model_fn=lambda: MLP(in_features=8, hidden=16, num_classes=3),
+        load_data=lambda ctx: (TensorDataset(x[:48], y[:48]), TensorDataset(x[48:], y[48:])),
+        batch_size=16,
+    )
+    torch.manual_seed(0)
+    initial = ArrayRecord(MLP(in_features=8, hidden=16, num_classes=3).state_dict())
+    return build_client_app(task, probe_fn=lambda ctx: Probe(50.0)), initial
+
+
 def test_a_quickstart_app_with_its_own_record_keys_runs_as_under_fedavg() -> None:
     app = quickstart_app("weights", "cfg")
     reference, _ = _run(FedAvg(**FEDAVG_KEYWORDS), app)  # type: ignore[arg-type]
@@ -347,24 +367,10 @@ def test_flower_edges_own_clientapp_reads_its_config_under_another_key() -> None
     """With ``configrecord_key="cfg"`` flower-edge's own ClientApp found no ``config`` record
     and trained as a plain app: no profile (each node got an equal share, with a WARNING),
     no job id, no values or abandon decisions."""
-    from torch.utils.data import TensorDataset
-
-    from clients.app import build_client_app
-    from clients.task import Task
-    from flower_edge.models import MLP
-
-    x, y = _data(1, 60)
-    task = Task(
-        model_fn=lambda: MLP(in_features=8, hidden=16, num_classes=3),
-        load_data=lambda ctx: (TensorDataset(x[:48], y[:48]), TensorDataset(x[48:], y[48:])),
-        batch_size=16,
-    )
-    app = build_client_app(task, probe_fn=lambda ctx: Probe(50.0))
+    app, initial = _own_clientapp()
     strategy = EdgeStrategy(
         threshold=2, stop=StopConfig(), arrayrecord_key="weights", configrecord_key="cfg"
     )
-    torch.manual_seed(0)
-    initial = ArrayRecord(MLP(in_features=8, hidden=16, num_classes=3).state_dict())
     with flwr_logs() as logs:
         result = strategy.start(InProcessGrid(app, 3), initial, num_rounds=1, timeout=60)
     text = "\n".join(r.getMessage() for r in logs.records)
@@ -383,19 +389,7 @@ def test_flower_edges_own_clientapp_runs_with_the_record_keys_crossed(
     'config' must be a ConfigRecord"; ``configrecord_key="arrays"`` the same for its
     ArrayRecord): the run stalled after four rounds of rejected replies. Records are now
     looked up by type."""
-    from torch.utils.data import TensorDataset
-
-    from clients.app import build_client_app
-    from clients.task import Task
-    from flower_edge.models import MLP
-
-    x, y = _data(1, 60)
-    task = Task(
-        model_fn=lambda: MLP(in_features=8, hidden=16, num_classes=3),
-        load_data=lambda ctx: (TensorDataset(x[:48], y[:48]), TensorDataset(x[48:], y[48:])),
-        batch_size=16,
-    )
-    app = build_client_app(task, probe_fn=lambda ctx: Probe(50.0))
+    app, initial = _own_clientapp()
     strategy = EdgeStrategy(
         threshold=2,
         stop=StopConfig(),
@@ -403,8 +397,6 @@ def test_flower_edges_own_clientapp_runs_with_the_record_keys_crossed(
         configrecord_key=config_key,
         fraction_evaluate=1.0,
     )
-    torch.manual_seed(0)
-    initial = ArrayRecord(MLP(in_features=8, hidden=16, num_classes=3).state_dict())
     with flwr_logs() as logs:
         result = strategy.start(InProcessGrid(app, 3), initial, num_rounds=1, timeout=60)
     assert not [r.getMessage() for r in logs.records if r.levelno >= logging.WARNING]

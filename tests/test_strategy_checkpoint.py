@@ -57,6 +57,17 @@ def _without_jobs(strategy: EdgeStrategy) -> list[dict]:  # type: ignore[type-ar
     return out
 
 
+def _resumable(directory: Path, *, resume: bool) -> EdgeStrategy:
+    """K = 2 on a manual virtual clock, fixed equal shares, checkpointed in ``directory``."""
+    return EdgeStrategy(
+        threshold=2,
+        clock=VirtualClock(wall=ManualClock()),
+        shares=ShareConfig(profile=False, total_samples=400, rebalance="off"),
+        checkpoint_dir=directory,
+        resume=resume,
+    )
+
+
 def test_resume_after_round_two_continues_identically(tmp_path: Path) -> None:
     whole, whole_result = _run(4)
     first, _ = _run(2, tmp_path)
@@ -197,16 +208,7 @@ def test_updates_accepted_between_aggregations_survive_a_kill(tmp_path: Path) ->
             raise ServerKilledError("server killed while aggregating round 2")
         return evaluate(rnd, arrays)
 
-    def edge(resume: bool) -> EdgeStrategy:
-        return EdgeStrategy(
-            threshold=2,
-            clock=VirtualClock(wall=ManualClock()),
-            shares=ShareConfig(profile=False, total_samples=400, rebalance="off"),
-            checkpoint_dir=tmp_path,
-            resume=resume,
-        )
-
-    killed = edge(resume=False)
+    killed = _resumable(tmp_path, resume=False)
     with pytest.raises(ServerKilledError):
         killed.start(InProcessGrid(toy, 4), model(0.0), num_rounds=3, evaluate_fn=dies_in_round_2)
     finished = [e for e in killed.events if e.kind == "finished"]
@@ -225,7 +227,7 @@ def test_updates_accepted_between_aggregations_survive_a_kill(tmp_path: Path) ->
             np.testing.assert_array_equal(a, b)  # exactly what the client sent
         assert entry["base_version"] == base
 
-    resumed = edge(resume=True)
+    resumed = _resumable(tmp_path, resume=True)
     fresh = ToyEdge()
     resumed.start(InProcessGrid(fresh, 4), model(0.0), num_rounds=3, evaluate_fn=evaluate)
     second = resumed.history[1]
@@ -252,22 +254,15 @@ def test_a_node_with_a_restored_update_waits_for_the_next_global(
         if loop.version == 1 and len(loop.buffer) == 2:
             raise ServerKilledError("server killed after persisting an update")
 
-    def edge(resume: bool) -> EdgeStrategy:
-        return EdgeStrategy(
-            threshold=2,
-            clock=VirtualClock(wall=ManualClock()),
-            shares=ShareConfig(profile=False, total_samples=400, rebalance="off"),
-            checkpoint_dir=tmp_path,
-            resume=resume,
-        )
-
     with monkeypatch.context() as patch:
         patch.setattr(strategies.loop, "save_buffered_update", killed_after_two)
         with pytest.raises(ServerKilledError):
-            edge(False).start(InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=3)
+            _resumable(tmp_path, resume=False).start(
+                InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=3
+            )
     restored = [(e["node"], e["base_version"]) for e, _ in CheckpointStore(tmp_path).buffered(2)]
     assert restored == [(1004, 1), (1003, 1)]
-    resumed = edge(True)
+    resumed = _resumable(tmp_path, resume=True)
     resumed.start(InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=3)
     second = resumed.history[1]
     assert second.participants == (1004, 1003, 1002)  # each node once: 1004 not retrained
