@@ -47,7 +47,7 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from deploy_harness import VENV_BIN, Deployment, Proc, deployment  # noqa: E402
+from deploy_harness import VENV_BIN, Deployment, Proc, RunTimeoutError, deployment  # noqa: E402
 
 APP = REPO / "benchmarks" / "deploy_app"
 RESULT = re.compile(r"REAL-DEPLOYMENT-RESULT (\{.*\})")
@@ -158,14 +158,27 @@ def clientapps(dep: Deployment) -> int:
     return count
 
 
-def wait_idle(dep: Deployment, timeout: float = 180.0) -> float:
-    """Wait until no SuperNode runs a ClientApp (at most ``timeout`` s); return the wait.
+def wait_idle(dep: Deployment, timeout: float = 180.0, quiet: float = 10.0) -> float:
+    """Wait until no SuperNode has run a ClientApp for ``quiet`` s (at most ``timeout`` s).
 
     A run that ends with jobs out leaves their ClientApp processes training on the nodes;
     without this wait they would take CPU from the first seconds of the next strategy's run.
+    The quiet period covers the SuperNode's own work after its ClientApp exits (sending the
+    reply, pulling a message still queued): a Flower 1.42 SuperNode that received the next
+    run's first message while it was still replying to the previous run lost that message
+    (eleventh run, node 6), and FedAvg then waited out its round timeout every round.
+    Returns the seconds waited.
     """
     start = time.monotonic()
-    while clientapps(dep) and time.monotonic() - start < timeout:
+    idle_since: float | None = None
+    while time.monotonic() - start < timeout:
+        now = time.monotonic()
+        if clientapps(dep):
+            idle_since = None
+        elif idle_since is None:
+            idle_since = now
+        elif now - idle_since >= quiet:
+            break
         time.sleep(0.5)
     return time.monotonic() - start
 
@@ -231,46 +244,76 @@ def run_strategy(
     return result
 
 
+def stalled_result(
+    name: str, err: RunTimeoutError, limit: float, overhead: float
+) -> dict[str, Any]:
+    """The record of a run stopped at the benchmark's ``--run-limit``.
+
+    Its curve holds the aggregations the log shows (FedAvg prints none); the repeat it
+    belongs to is left out of the medians (:func:`median_verdicts`).
+    """
+    return {
+        "strategy": name,
+        "stalled": True,
+        "run_id": err.run_id,
+        "wall": limit,
+        "curve": curve_from_log(err.log),
+        "overhead": overhead,
+        "slice_budget": None,
+        "events": {},
+    }
+
+
 def summary_line(name: str, res: dict[str, Any], target: float) -> str:
     """One line per strategy: wall time, aggregations, time to target, last accuracy."""
     curve = res["curve"]
     reached = time_to(curve, target)
+    stalled = "  STALLED at the run limit, stopped" if res.get("stalled") else ""
     return (
         f"{name:14s} wall {res['wall']:6.1f} s  aggregations {len(curve):3d}  "
         f"time to {target}: {'never' if reached is None else f'{reached:.1f} s'}  "
         f"last {curve[-1][1] if curve else math.nan:.4f}  "
         f"overhead {res['overhead']:.1f} s  slice {res['slice_budget']}  events {res['events']}"
-        f"  idle wait {res.get('idle_wait', 0.0):.1f} s"
+        f"  idle wait {res.get('idle_wait', 0.0):.1f} s{stalled}"
     )
 
 
 def verdicts(results: dict[str, dict[str, Any]], target: float) -> list[str]:
-    """Check the targets of issue 12 and return one line per target."""
+    """Check the targets of issue 12 and return one line per target.
+
+    A stalled run (stopped at ``--run-limit``) is named first: its figures are those of the
+    part that ran, and a stalled FedAvg's wall time is the limit, not a round's end.
+    """
     t = {k: time_to(v["curve"], target) for k, v in results.items()}
     budget = float(results["fedavg"]["wall"]) if "fedavg" in results else math.inf
     final = {k: final_within(v["curve"], budget) for k, v in results.items()}
-    return verdict_lines(t, final, target)
+    stalled = sorted(k for k, v in results.items() if v.get("stalled"))
+    head = [f"stalled (stopped at the run limit): {', '.join(stalled)}"] if stalled else []
+    return head + verdict_lines(t, final, target)
 
 
 def median_verdicts(runs: dict[str, list[dict[str, Any]]], target: float) -> list[str]:
     """The targets of issue 12 on the medians over repeats (never reaching counts as never).
 
-    Each repeat's final accuracy is read within that repeat's FedAvg wall time.
+    Each repeat's final accuracy is read within that repeat's FedAvg wall time. A repeat in
+    which any strategy stalled (stopped at ``--run-limit``) is left out of every median, so
+    that all medians are over the same repeats; the lines say how many were left out.
     """
     t: dict[str, float | None] = {}
     final: dict[str, float] = {}
     repeats = min(len(v) for v in runs.values())
-    budgets = [
-        float(runs["fedavg"][r]["wall"]) if "fedavg" in runs else math.inf for r in range(repeats)
-    ]
+    kept = [r for r in range(repeats) if not any(v[r].get("stalled") for v in runs.values())]
+    left = repeats - len(kept)
+    head = f"median over {len(kept)} repeats" + (f" ({left} stalled, left out)" if left else "")
+    if not kept:
+        return [f"{head}: no repeat finished without a stall"]
+    budgets = {r: float(runs["fedavg"][r]["wall"]) if "fedavg" in runs else math.inf for r in kept}
     for name, results in runs.items():
-        times = [time_to(res["curve"], target) for res in results[:repeats]]
+        times = [time_to(results[r]["curve"], target) for r in kept]
         mid = statistics.median([math.inf if x is None else x for x in times])
         t[name] = None if math.isinf(mid) else mid
-        final[name] = statistics.median(
-            final_within(res["curve"], budgets[r]) for r, res in enumerate(results[:repeats])
-        )
-    return [f"median over {repeats} repeats: {line}" for line in verdict_lines(t, final, target)]
+        final[name] = statistics.median(final_within(results[r]["curve"], budgets[r]) for r in kept)
+    return [f"{head}: {line}" for line in verdict_lines(t, final, target)]
 
 
 def verdict_lines(t: dict[str, float | None], final: dict[str, float], target: float) -> list[str]:
@@ -351,6 +394,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="rate each node once before its SuperNode starts (flower-edge profile --quick "
         "--cache, one node at a time, the slowed one under its throttle); the nodes' "
         "ClientApps answer the profile request from that report (node config profile-cache)",
+    )
+    parser.add_argument(
+        "--run-limit",
+        type=float,
+        default=900.0,
+        help="s; a strategy's run still going after this long is stopped (flwr stop) and "
+        "recorded as stalled, and the benchmark goes on; its repeat is left out of the medians",
     )
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=None)
@@ -435,13 +485,16 @@ def main(argv: list[str] | None = None) -> int:
                     "local-epochs": args.local_epochs,
                 }
                 idle = wait_idle(dep)  # the previous run's jobs still out finish first
-                res = run_strategy(dep, name, config, timeout=1800)
+                try:
+                    res = run_strategy(dep, name, config, timeout=args.run_limit)
+                except RunTimeoutError as err:  # recorded; the other strategies and repeats go on
+                    res = stalled_result(name, err, args.run_limit, overhead)
                 res["idle_wait"] = idle
                 res["repeat"] = repeat
                 runs[name].append(res)
                 results.setdefault(name, res)  # the first repeat, as a single run records it
                 overhead = float(res["overhead"])
-                if name == "fedavg" and budget <= 0:
+                if name == "fedavg" and budget <= 0 and not res.get("stalled"):
                     budget = float(res["wall"])
                 print(f"[repeat {repeat + 1}] " + summary_line(name, res, args.target), flush=True)
     record["results"] = results

@@ -40,7 +40,9 @@ __all__ = [
     "REPO",
     "Deployment",
     "Proc",
+    "RunTimeoutError",
     "free_port",
+    "run_id_of",
     "toml_value",
     "wait_until",
 ]
@@ -67,6 +69,32 @@ def result_of(log: str) -> dict[str, Any]:
     assert found, log[-5000:]
     data: dict[str, Any] = json.loads(found[-1])
     return data
+
+
+RUN_STARTED = re.compile(r"Successfully started run (\d+)")
+
+
+def run_id_of(log: str) -> int | None:
+    """Return the run id ``flwr run`` printed when the SuperLink accepted the run."""
+    found = RUN_STARTED.search(log)
+    return int(found.group(1)) if found else None
+
+
+class RunTimeoutError(TimeoutError):
+    """``flwr run`` outlived its limit; the run was stopped on the SuperLink.
+
+    Attributes
+    ----------
+    run_id : int or None
+        The run the SuperLink had started (None: it never printed one).
+    log : str
+        Everything the CLI streamed before it was stopped.
+    """
+
+    def __init__(self, message: str, *, run_id: int | None, log: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.log = log
 
 
 def wait_until(cond: Callable[[], bool], timeout: float, what: str, every: float = 0.25) -> None:
@@ -342,12 +370,24 @@ class Deployment:
             proc.popen.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             kill_tree(proc)
-            raise TimeoutError(
-                f"flwr run did not finish within {timeout:.0f} s:\n{proc.text()[-4000:]}"
+            log = proc.text()
+            run_id = run_id_of(log)
+            if run_id is not None:  # the CLI only streamed it: the run itself goes on
+                with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
+                    self.stop_run(run_id)
+            raise RunTimeoutError(
+                f"flwr run did not finish within {timeout:.0f} s (run {run_id}, stopped):\n"
+                f"{log[-4000:]}",
+                run_id=run_id,
+                log=log,
             ) from None
         if proc.popen.returncode != 0:
             raise RuntimeError(f"flwr run failed ({proc.popen.returncode}):\n{proc.text()}")
         return proc.text()
+
+    def stop_run(self, run_id: int, timeout: float = 60.0) -> None:
+        """Stop run ``run_id`` on the SuperLink (``flwr stop``; raises if the CLI fails)."""
+        self._check([str(VENV_BIN / "flwr"), "stop", str(run_id), CONNECTION], timeout)
 
     # ------------------------------------------------------------------ teardown
     def stop(self, proc: Proc, sig: int = signal.SIGTERM) -> None:
