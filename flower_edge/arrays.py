@@ -33,12 +33,22 @@ def cast_like(values: NDArray, ref: NDArray) -> NDArray:
         step past the range saturates instead of wrapping around (``-1`` would be ``255``
         as uint8 and ``True`` as bool); a float ``values`` already of that dtype is not
         copied. Always an array, 0-d ones included (numpy's arithmetic on 0-d arrays gives
-        scalars, which an ``ArrayRecord`` refuses).
+        scalars, which an ``ArrayRecord`` refuses). A float value beyond a narrower float
+        dtype's range (float64 ``1e5`` for a float16 model, a server step with ``server_lr``
+        above 1 near float16's 65504) saturates at that dtype's largest finite value
+        instead of turning into an infinity that every later step would carry; NaN stays
+        NaN.
     """
     if ref.dtype.kind != "f":
         low, high = _bounds(ref.dtype)
         values = np.clip(np.rint(values), low, high)
-    return np.asarray(values).astype(ref.dtype, copy=False)  # 0-d: an array, not a scalar
+        return np.asarray(values).astype(ref.dtype, copy=False)  # 0-d: an array, not a scalar
+    try:
+        with np.errstate(over="raise"):  # no extra pass on the usual path
+            return np.asarray(values).astype(ref.dtype, copy=False)
+    except FloatingPointError:
+        top = float(np.finfo(ref.dtype).max)
+        return np.asarray(np.clip(values, -top, top)).astype(ref.dtype)
 
 
 def _bounds(dtype: np.dtype[Any]) -> tuple[float, float]:

@@ -215,6 +215,38 @@ def test_cast_like_clips_to_the_range_of_the_dtype(
     assert out.tolist() == expected
 
 
+@pytest.mark.parametrize("ref_dtype", [np.float16, np.float32])
+def test_cast_like_saturates_floats_beyond_a_narrower_dtype(ref_dtype: type[np.generic]) -> None:
+    top = float(np.finfo(ref_dtype).max)
+    values = np.array([1e300, -1e300, 2.5, np.nan, top, -top * 1.0000001])
+    out = cast_like(values, np.zeros(len(values), dtype=ref_dtype))
+    assert out.dtype == ref_dtype
+    for got, value in zip(out.tolist(), values.tolist(), strict=True):  # element by element
+        want = value if np.isnan(value) else min(max(value, -top), top)
+        if np.isnan(want):
+            assert np.isnan(got)
+        else:
+            assert got == float(np.asarray(want).astype(ref_dtype))
+    assert np.isfinite(out[[0, 1, 2, 4, 5]]).all()
+
+
+def test_a_float16_model_stepped_past_its_range_stays_finite() -> None:
+    """``server_lr`` 3 on float16 weights near 65504: the step saturates, never Inf."""
+    model = {"w": np.array([30000.0, 1.0], np.float16)}
+
+    def double(arrays: Arrays, _: int) -> Arrays:
+        return {"w": (arrays["w"] * np.float16(1.5)).astype(np.float16)}
+
+    for strategy in (
+        EdgeStrategy(threshold=1, aggregate="deltas", server_lr=3.0),
+        FedBuff(threshold=2, server_lr=3.0),
+    ):
+        out = _run(strategy, _app(double), model, rounds=2)
+        assert out["w"].dtype == np.float16
+        assert np.isfinite(out["w"]).all(), out["w"]
+        assert out["w"][0] == np.finfo(np.float16).max
+
+
 def test_cast_like_gives_an_array_for_a_0d_model_array() -> None:
     # numpy's arithmetic on 0-d arrays gives scalars, which flwr's Array refuses
     for ref in (np.array(0, np.int64), np.array(0.0), np.array(False)):
