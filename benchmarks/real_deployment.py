@@ -12,7 +12,9 @@ Each strategy (edge, FedBuff, FedAsync, Flower's FedAvg) runs as one ``flwr run`
 ``benchmarks/deploy_app`` on the same SuperNodes, FedAvg first: its wall time becomes the time
 budget of the others. Before each run the benchmark waits until no SuperNode runs a ClientApp
 any more (the jobs a previous run left out finish first; the wait is recorded as
-``idle_wait``), so that no run starts on nodes still busy with another's work. The app
+``idle_wait``), so that no run starts on nodes still busy with another's work; a ClientApp
+left hanging by a run that ended as its message was pulled is killed (``orphans_killed``).
+A run still going after ``--run-limit`` is stopped and recorded as stalled. The app
 measures the per-message overhead of the runtime first (one evaluate message per node) and
 picks edge's slice budget from it (:func:`flower_edge.slicing.slice_budget_for_overhead`).
 
@@ -144,9 +146,9 @@ def profile_cpu(throttle: float, cache: Path | None = None) -> dict[str, float]:
     }
 
 
-def clientapps(dep: Deployment) -> int:
-    """Return how many ClientApp processes the SuperNodes are running now."""
-    count = 0
+def clientapp_procs(dep: Deployment) -> list[psutil.Process]:
+    """Return the ClientApp processes the SuperNodes are running now."""
+    found = []
     for proc in dep.nodes.values():
         try:
             tree = psutil.Process(proc.pid).children(recursive=True)
@@ -154,11 +156,27 @@ def clientapps(dep: Deployment) -> int:
             continue
         for child in tree:
             with contextlib.suppress(psutil.Error):
-                count += any("flwr-clientapp" in part for part in child.cmdline())
-    return count
+                if any("flwr-clientapp" in part for part in child.cmdline()):
+                    found.append(child)
+    return found
 
 
-def wait_idle(dep: Deployment, timeout: float = 180.0, quiet: float = 10.0) -> float:
+def clientapps(dep: Deployment) -> int:
+    """Return how many ClientApp processes the SuperNodes are running now."""
+    return len(clientapp_procs(dep))
+
+
+def _cpu_seconds(proc: psutil.Process) -> float | None:
+    try:
+        times = proc.cpu_times()
+    except psutil.Error:
+        return None
+    return float(times.user + times.system)
+
+
+def wait_idle(
+    dep: Deployment, timeout: float = 180.0, quiet: float = 10.0, stuck_after: float = 30.0
+) -> tuple[float, list[int]]:
     """Wait until no SuperNode has run a ClientApp for ``quiet`` s (at most ``timeout`` s).
 
     A run that ends with jobs out leaves their ClientApp processes training on the nodes;
@@ -167,20 +185,45 @@ def wait_idle(dep: Deployment, timeout: float = 180.0, quiet: float = 10.0) -> f
     reply, pulling a message still queued): a Flower 1.42 SuperNode that received the next
     run's first message while it was still replying to the previous run lost that message
     (eleventh run, node 6), and FedAvg then waited out its round timeout every round.
-    Returns the seconds waited.
+
+    Between runs no ClientApp has anything to wait for, so one whose CPU time has not moved
+    for ``stuck_after`` s is an orphan and is killed by its pid: a SuperNode that pulls a
+    message just as its run ends starts a ClientApp that retries ``pull_objects`` for a run
+    the SuperLink no longer serves, for up to Flower's ``PULL_MAX_TIME`` of 7,200 s
+    (twelfth run: node 4's, 591 s old, made the next wait run out its 180 s).
+
+    Returns
+    -------
+    tuple[float, list[int]]
+        The seconds waited and the pids of the orphans killed.
     """
     start = time.monotonic()
     idle_since: float | None = None
+    progress: dict[int, tuple[float, float]] = {}  # pid -> (cpu seconds, when last moved)
+    killed: list[int] = []
     while time.monotonic() - start < timeout:
         now = time.monotonic()
-        if clientapps(dep):
+        apps = clientapp_procs(dep)
+        for app in apps:
+            cpu = _cpu_seconds(app)
+            if cpu is None:
+                continue
+            seen = progress.get(app.pid)
+            if seen is None or cpu > seen[0]:
+                progress[app.pid] = (cpu, now)
+            elif now - seen[1] >= stuck_after:
+                with contextlib.suppress(psutil.Error):
+                    app.kill()
+                killed.append(app.pid)
+                progress.pop(app.pid)
+        if apps:
             idle_since = None
         elif idle_since is None:
             idle_since = now
         elif now - idle_since >= quiet:
             break
         time.sleep(0.5)
-    return time.monotonic() - start
+    return time.monotonic() - start, killed
 
 
 def enroll(configs: list[dict[str, object]], folder: Path, slow_factor: float) -> list[Any]:
@@ -269,12 +312,14 @@ def summary_line(name: str, res: dict[str, Any], target: float) -> str:
     curve = res["curve"]
     reached = time_to(curve, target)
     stalled = "  STALLED at the run limit, stopped" if res.get("stalled") else ""
+    killed = res.get("orphans_killed") or []
+    orphans = f" ({len(killed)} orphaned ClientApp killed before it)" if killed else ""
     return (
         f"{name:14s} wall {res['wall']:6.1f} s  aggregations {len(curve):3d}  "
         f"time to {target}: {'never' if reached is None else f'{reached:.1f} s'}  "
         f"last {curve[-1][1] if curve else math.nan:.4f}  "
         f"overhead {res['overhead']:.1f} s  slice {res['slice_budget']}  events {res['events']}"
-        f"  idle wait {res.get('idle_wait', 0.0):.1f} s{stalled}"
+        f"  idle wait {res.get('idle_wait', 0.0):.1f} s{orphans}{stalled}"
     )
 
 
@@ -484,12 +529,14 @@ def main(argv: list[str] | None = None) -> int:
                     "overhead": overhead,
                     "local-epochs": args.local_epochs,
                 }
-                idle = wait_idle(dep)  # the previous run's jobs still out finish first
+                # the previous run's jobs still out finish first; its orphans are killed
+                idle, orphans = wait_idle(dep)
                 try:
                     res = run_strategy(dep, name, config, timeout=args.run_limit)
                 except RunTimeoutError as err:  # recorded; the other strategies and repeats go on
                     res = stalled_result(name, err, args.run_limit, overhead)
                 res["idle_wait"] = idle
+                res["orphans_killed"] = orphans
                 res["repeat"] = repeat
                 runs[name].append(res)
                 results.setdefault(name, res)  # the first repeat, as a single run records it

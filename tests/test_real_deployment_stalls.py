@@ -124,22 +124,64 @@ class _Clock:
         self.now += seconds
 
 
+class _App:
+    """A stand-in ClientApp process: ``cpu(now)`` is its CPU time, ``kill`` is recorded."""
+
+    def __init__(self, pid: int, cpu: Any, killed: list[int]) -> None:
+        self.pid, self._cpu, self._killed = pid, cpu, killed
+        self.clock: _Clock | None = None
+
+    def cpu_times(self) -> Any:
+        assert self.clock is not None
+        return type("T", (), {"user": self._cpu(self.clock.now), "system": 0.0})()
+
+    def kill(self) -> None:
+        self._killed.append(self.pid)
+
+
 def test_wait_idle_needs_a_quiet_period_not_one_idle_glance(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Idle at 1 s, busy again at 2 s (a queued message), idle for good from 3 s."""
+    """Training until 1 s, a queued message trains from 2 s to 3 s, idle for good from 3 s."""
     clock = _Clock()
     monkeypatch.setattr(SCRIPT, "time", clock)
+    killed: list[int] = []
+    app = _App(11, lambda now: now, killed)  # busy: its CPU time grows
+    app.clock = clock
 
-    def apps(dep: object) -> int:
-        return 1 if clock.now < 1 or 2 <= clock.now < 3 else 0
+    def apps(dep: object) -> list[_App]:
+        return [app] if clock.now < 1 or 2 <= clock.now < 3 else []
 
-    monkeypatch.setattr(SCRIPT, "clientapps", apps)
-    waited = SCRIPT.wait_idle(object(), timeout=60.0, quiet=5.0)
+    monkeypatch.setattr(SCRIPT, "clientapp_procs", apps)
+    waited, orphans = SCRIPT.wait_idle(object(), timeout=60.0, quiet=5.0)
     assert waited == pytest.approx(8.0)  # quiet since 3 s, for 5 s
+    assert orphans == killed == []
     clock.now = 0.0
-    monkeypatch.setattr(SCRIPT, "clientapps", lambda dep: 1)
-    assert SCRIPT.wait_idle(object(), timeout=4.0, quiet=5.0) == pytest.approx(4.0)
+    monkeypatch.setattr(SCRIPT, "clientapp_procs", lambda dep: [app])
+    assert SCRIPT.wait_idle(object(), timeout=4.0, quiet=5.0)[0] == pytest.approx(4.0)
+
+
+def test_wait_idle_kills_a_clientapp_that_hangs_between_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Run 12: a ClientApp retrying pull_objects for a finished run uses no CPU. It is killed
+    after ``stuck_after`` s without CPU progress; a throttled one that still trains is not."""
+    clock = _Clock()
+    monkeypatch.setattr(SCRIPT, "time", clock)
+    killed: list[int] = []
+    hung = _App(21, lambda now: 0.4, killed)
+    slow = _App(22, lambda now: 0.1 * min(now, 20.0), killed)  # trains at 10 % until 20 s
+    for app in (hung, slow):
+        app.clock = clock
+
+    def apps(dep: object) -> list[_App]:
+        alive = [a for a in (hung, slow) if a.pid not in killed]
+        return [a for a in alive if a is hung or clock.now < 25.0]  # slow replies at 25 s
+
+    monkeypatch.setattr(SCRIPT, "clientapp_procs", apps)
+    waited, orphans = SCRIPT.wait_idle(object(), timeout=120.0, quiet=5.0, stuck_after=30.0)
+    assert orphans == killed == [21]
+    assert waited == pytest.approx(35.5)  # hung killed at 30 s; quiet from 30.5 s
 
 
 def test_run_app_past_its_limit_stops_the_run_and_keeps_the_log(
