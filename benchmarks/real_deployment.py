@@ -161,11 +161,6 @@ def clientapp_procs(dep: Deployment) -> list[psutil.Process]:
     return found
 
 
-def clientapps(dep: Deployment) -> int:
-    """Return how many ClientApp processes the SuperNodes are running now."""
-    return len(clientapp_procs(dep))
-
-
 def _cpu_seconds(proc: psutil.Process) -> float | None:
     try:
         times = proc.cpu_times()
