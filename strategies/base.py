@@ -60,6 +60,7 @@ from strategies.sync_api import (
     sync_aggregate_train,
     sync_configure_evaluate,
     sync_configure_train,
+    warn_synchronous_use,
 )
 
 __all__ = ["SemiAsyncStrategy", "StrategyOptions"]
@@ -245,6 +246,8 @@ class SemiAsyncStrategy(Strategy):
         self.stop_reason = ""
         self.stop_kind: StopKind | None = None
         self.evaluate_fn_given = False
+        #: whether Flower's synchronous rounds were warned about (:meth:`configure_train`)
+        self.sync_warned = False
 
     #: serve the moving average of the global models over this many passes (EdgeStrategy)
     average_passes: float | None = None
@@ -384,7 +387,12 @@ class SemiAsyncStrategy(Strategy):
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """Build one train message per registered node (synchronous use; ``start`` does not)."""
+        """Build one train message per registered node (synchronous use; ``start`` does not).
+
+        The first call logs a WARNING: a loop of the caller's runs FedAvg's rounds, not the
+        semi-asynchronous loop (a subclass's own ``start()``, say).
+        """
+        warn_synchronous_use(self, SemiAsyncStrategy)
         return sync_configure_train(server_round, arrays, config, grid, self.fedavg)
 
     def aggregate_train(

@@ -31,10 +31,52 @@ if TYPE_CHECKING:
 
 __all__ = [
     "log_start",
+    "warn_synchronous_use",
     "sync_aggregate_train",
     "sync_configure_evaluate",
     "sync_configure_train",
 ]
+
+
+def warn_synchronous_use(strategy: SemiAsyncStrategy, base: type[SemiAsyncStrategy]) -> None:
+    """Log once per strategy that Flower's synchronous rounds drive it, not its event loop.
+
+    ``configure_train`` is never called by ``start()``: a call means that some loop of the
+    user's runs FedAvg's rounds on the strategy, typically a FedAvg subclass whose own
+    ``start()`` override (Flower's ``examples/advanced-pytorch``) was rebased on a flower-edge
+    strategy; its settings block would otherwise claim a threshold, values and abandoning
+    that never apply.
+
+    Parameters
+    ----------
+    strategy : SemiAsyncStrategy
+        The strategy whose ``configure_train`` was called.
+    base : type
+        The class whose ``start()`` runs the event loop.
+    """
+    if strategy.sync_warned:
+        return
+    strategy.sync_warned = True
+    name = type(strategy).__name__
+    # the flower-edge class the user's class derives from (EdgeStrategy, FedBuff, ...)
+    ours = next(c for c in type(strategy).__mro__ if c.__module__.startswith("strategies."))
+    if type(strategy).start is not base.start:
+        how = f"{name}.start() overrides {ours.__name__}.start() with a round loop of its own"
+        fix = "make that start() call super().start(...) instead of running rounds"
+    else:
+        how = f"{name} is driven round by round through configure_train"
+        fix = "call its start()"
+    log(
+        WARNING,
+        "%s, so %s's semi-asynchronous loop does not run: these are FedAvg's synchronous "
+        "rounds (every registered node trains, each round waits for all of them, the updates "
+        "averaged by their example counts); threshold K, shares, values, abandoning, the stop "
+        "rule and checkpoints do not apply. To run %s, %s (docs/dropin.md)",
+        how,
+        ours.__name__,
+        ours.__name__,
+        fix,
+    )
 
 
 def sync_configure_train(

@@ -357,6 +357,59 @@ def test_a_subclass_aggregate_evaluate_is_called_and_the_uncalled_hooks_are_name
     assert not any("overrides" in w for w in _warnings_of(EdgeStrategy(threshold=2)))
 
 
+class _OwnLoop(EdgeStrategy):
+    """Flower's ``examples/advanced-pytorch`` ``CustomFedAvg`` rebased on EdgeStrategy: its
+    ``start()`` runs FedAvg's round loop through the synchronous hooks (W&B and the best
+    model saved there, in the example). ``wrap=True``: the port that calls ``super().start``."""
+
+    def __init__(self, wrap: bool = False) -> None:
+        super().__init__(threshold=2, stop=StopConfig(), fraction_train=0.25)
+        self.wrap = wrap
+
+    def start(  # type: ignore[override]
+        self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, **kw: object
+    ) -> Result:
+        if self.wrap:
+            return super().start(grid, initial_arrays, num_rounds, **kw)  # type: ignore[arg-type]
+        result, arrays = Result(), initial_arrays
+        for rnd in range(1, num_rounds + 1):
+            sent = self.configure_train(rnd, arrays, ConfigRecord({"lr": 0.1}), grid)
+            new, metrics = self.aggregate_train(rnd, grid.send_and_receive(sent))
+            if new is not None and metrics is not None:
+                result.arrays = arrays = new
+                result.train_metrics_clientapp[rnd] = metrics
+        return result
+
+
+def test_a_subclass_with_its_own_round_loop_is_told_edgestrategy_does_not_run() -> None:
+    """Found by a new-user probe of Flower's ``examples/advanced-pytorch``: its
+    ``CustomFedAvg(FedAvg)`` overrides ``start()`` with FedAvg's round loop. Rebased on
+    EdgeStrategy (``class CustomFedAvg(EdgeStrategy)`` and ``threshold=2``), it ran clean,
+    its settings block announcing K = 2, values and abandoning, but every round trained all
+    nodes and waited for all of them: FedAvg, with no word that EdgeStrategy never ran."""
+    strategy = _OwnLoop()
+    grid = InProcessGrid(quickstart_app(), 4)
+    with flwr_logs() as logs:
+        result = strategy.start(grid, ArrayRecord(Net().state_dict()), num_rounds=2)
+    assert sorted(result.train_metrics_clientapp) == [1, 2]
+    warned = [r.getMessage() for r in logs.records if r.levelno == logging.WARNING]
+    told = [w for w in warned if "semi-asynchronous loop does not run" in w]
+    assert len(told) == 1, warned  # once, not every round
+    assert "_OwnLoop.start() overrides EdgeStrategy.start() with a round loop" in told[0]
+    assert "call super().start(...)" in told[0]
+    # driven by hand (no start() override): said the same way, naming configure_train
+    plain = FedBuff(threshold=2)
+    with flwr_logs() as logs:
+        list(plain.configure_train(1, ArrayRecord(Net().state_dict()), ConfigRecord(), grid))
+    text = [r.getMessage() for r in logs.records if r.levelno == logging.WARNING]
+    assert any("FedBuff is driven round by round through configure_train" in w for w in text)
+    assert any("FedBuff's semi-asynchronous loop does not run" in w for w in text)
+    # the port that calls super().start() runs the event loop, and is not told
+    with flwr_logs() as logs:
+        _run(_OwnLoop(wrap=True), quickstart_app())
+    assert not any("loop does not run" in r.getMessage() for r in logs.records)
+
+
 def _warnings_of(strategy: EdgeStrategy) -> list[str]:
     with flwr_logs() as logs:
         _run(strategy, quickstart_app())
