@@ -64,8 +64,12 @@ def warn_synchronous_use(strategy: SemiAsyncStrategy, base: type[SemiAsyncStrate
         how = f"{name}.start() overrides {ours.__name__}.start() with a round loop of its own"
         fix = "make that start() call super().start(...) instead of running rounds"
     else:
-        how = f"{name} is driven round by round through configure_train"
-        fix = "call its start()"
+        how = (
+            f"{name} is driven round by round through configure_train (by a loop of the "
+            "ServerApp's, or a wrapper whose start() is Flower's: "
+            "DifferentialPrivacyServerSideFixedClipping(...), say)"
+        )
+        fix = "call its own start(); a wrapper's rounds can only be FedAvg's"
     log(
         WARNING,
         "%s, so %s's semi-asynchronous loop does not run: these are FedAvg's synchronous "

@@ -403,6 +403,7 @@ def test_a_subclass_with_its_own_round_loop_is_told_edgestrategy_does_not_run() 
         list(plain.configure_train(1, ArrayRecord(Net().state_dict()), ConfigRecord(), grid))
     text = [r.getMessage() for r in logs.records if r.levelno == logging.WARNING]
     assert any("FedBuff is driven round by round through configure_train" in w for w in text)
+    assert any("call its own start()" in w for w in text)
     assert any("FedBuff's semi-asynchronous loop does not run" in w for w in text)
     # the port that calls super().start() runs the event loop, and is not told
     with flwr_logs() as logs:
