@@ -13,7 +13,7 @@ import logging
 
 import pytest
 from conftest import accuracy_fn, flwr_logs, model
-from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp.strategy import FedAvg
 
@@ -116,6 +116,28 @@ def test_weighted_by_key_must_name_a_metric_of_the_app(bad: object) -> None:
         EdgeStrategy(threshold=2, weighted_by_key=bad)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="weighted_by_key"):
         FedAsync(weighted_by_key=bad)  # type: ignore[arg-type]
+
+
+def test_an_empty_metricrecord_is_not_pointed_to_weighted_by_key() -> None:
+    """Found by a new-user probe of Flower's ``examples/whisper-federated-finetuning``: a node
+    whose data is too small to train replies with an empty MetricRecord (and a ConfigRecord
+    ``{"trained": False}`` that its ``ExclusiveFedAvg`` filters on). Each such reply was
+    rejected with "name your ClientApp's key of the example count with weighted_by_key=...",
+    which sent the user looking for a key the app never had."""
+    from flower_edge.errors import InputError
+    from strategies import parse_train_reply
+
+    msg = Message(RecordDict({"arrays": model(0.0)}), dst_node_id=1, message_type="train")
+    trained = ConfigRecord({"trained": False})
+    content = RecordDict({"arrays": model(0.0), "metrics": MetricRecord({}), "config": trained})
+    reply = Message(content, reply_to=msg)
+    with pytest.raises(InputError) as info:
+        parse_train_reply(reply, ["w", "steps"], "num-examples")
+    assert str(info.value) == (
+        "reply metric 'num-examples' is missing (its MetricRecord is empty): an update without "
+        "an example count is left out of the aggregation"
+    )
+    assert "weighted_by_key" not in str(info.value)
 
 
 def test_a_reply_without_metrics_names_the_key_it_needs() -> None:
