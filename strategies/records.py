@@ -335,10 +335,8 @@ def _count(metrics: MetricRecord, weight_key: str, drop_in: bool) -> tuple[str, 
         if not drop_in:
             raise InputError(f"reply metric {key!r} is missing (its metrics: {has})")
         if not metrics:  # a reply that counts nothing (one that did not train, say)
-            raise InputError(
-                f"reply metric {key!r} is missing (its MetricRecord is empty): an update "
-                "without an example count is left out of the aggregation"
-            )
+            why = "(its MetricRecord is empty): an update without an example count is left out"
+            raise InputError(f"reply metric {key!r} is missing {why} of the aggregation")
         if weight_key == wire.NUM_EXAMPLES:
             hint = "; name your ClientApp's key of the example count with weighted_by_key=..."
             raise InputError(f"reply metric {key!r} is missing (its metrics: {has}){hint}")
