@@ -95,6 +95,8 @@ class ServerEvaluation:
         self.calls = 0
         #: what the last call returned
         self.last: MetricRecord | None = None
+        #: whether a round's metrics without the valuation metric were warned about
+        self.warned_missing = False
 
     def record_values(self, record: AggregationRecord) -> None:
         """Keep each participant's latest value (summed over its updates) to send out."""
@@ -112,6 +114,19 @@ class ServerEvaluation:
         metrics = self.evaluate_fn(rnd, to_record(self.keys, arrays))
         self.calls += 1
         self.last = metrics
+        # round 0 is checked on its own (check_metric_keys): a run without the key is told once
+        missing = rnd > 0 and self.enabled and self.metric(metrics) is None
+        if missing and not self.warned_missing:
+            self.warned_missing = True
+            log(
+                WARNING,
+                "%s round %d: evaluate_fn returned no number for %r (it returned %s): the "
+                "rounds whose metrics lack it give equal values and drop nothing (warned once)",
+                self.name,
+                rnd,
+                self.config.metric_key,
+                sorted(metrics.keys()) if metrics is not None else None,
+            )
         return metrics
 
     def log_like_flower(self, metrics: MetricRecord | None, *, initial: bool = False) -> None:

@@ -322,6 +322,27 @@ def test_default_settings_run_on_an_evaluate_fn_that_names_its_metrics_otherwise
     assert any(r.values != (1 / 3,) * 3 for r in named.history)
 
 
+def test_a_round_whose_evaluation_lacks_the_metric_is_warned_once() -> None:
+    """evaluate_fn returns the valuation metric at round 0 but not at the later rounds (a
+    last round that reports only test metrics, say): equal values there, one WARNING."""
+
+    def later_without(rnd: int, arrays: ArrayRecord) -> MetricRecord:
+        m = accuracy_fn()(rnd, arrays)
+        return m if rnd < 2 else MetricRecord({"test_accuracy": m["accuracy"]})
+
+    strategy = EdgeStrategy(threshold=2, clock=virtual(), shares=EQUAL)
+    with flwr_logs() as caplog:
+        strategy.start(
+            InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=4, evaluate_fn=later_without
+        )
+    warned = [r for r in caplog.records if "evaluate_fn returned no number for" in r.getMessage()]
+    assert len(warned) == 1
+    assert "round 2" in warned[0].getMessage()
+    assert "'accuracy' (it returned ['test_accuracy'])" in warned[0].getMessage()
+    assert strategy.history[0].values != (1 / 3,) * 3  # round 1 is valued
+    assert all(r.values == (1 / 3,) * 3 for r in strategy.history[1:])  # equal values after
+
+
 def test_fedbuff_threshold_may_equal_the_number_of_nodes_but_not_exceed_it() -> None:
     grid = InProcessGrid(ToyEdge(), 4)
     FedBuff(threshold=4, clock=virtual(), shares=EQUAL).start(grid, model(0.0), num_rounds=1)
