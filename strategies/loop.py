@@ -43,7 +43,7 @@ Rules
 
 from __future__ import annotations
 
-from logging import INFO, WARNING
+from logging import DEBUG, INFO, WARNING
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -98,6 +98,8 @@ __all__ = ["STALLED", "Combined", "EventLoop", "Update"]
 #: the stop reason of a run whose nodes are all gone: it is not marked finished, so that a
 #: later start in the same checkpoint folder resumes it once they are back
 STALLED = "stalled: no reply can arrive and no job can start"
+#: how many times the same rejection of a node is logged as a WARNING (then at DEBUG)
+REJECTIONS_LOGGED = 3
 
 
 class EventLoop:
@@ -150,6 +152,9 @@ class EventLoop:
             time_budget=strategy.loop.time_budget,
         )
         self.queue = EventQueue()
+        #: rejections logged so far per (node, reason): the same one is logged at most
+        #: :data:`REJECTIONS_LOGGED` times as a WARNING, then at DEBUG (every one is recorded)
+        self.rejections: dict[tuple[int, str], int] = {}
         self.client_eval = ClientEvaluation(
             strategy.fraction_evaluate,
             strategy.min_evaluate_nodes,
@@ -312,16 +317,29 @@ class EventLoop:
 
     def reject(self, node: Node, job_id: int, reason: str) -> None:
         """Log a rejected reply; the node waits for the next version."""
-        what = "%s: rejected reply of node %s (job %s): %s"
-        log(WARNING, what, self.name, node.node_id, job_id, reason)
+        self._log_rejection("reply", node.node_id, job_id, reason)
         self.record_event(node.node_id, job_id, "rejected", self.version, detail=reason)
         node.free(self.version, rejected=reason)
 
     def record_rejection(self, node_id: int, job_id: int, reason: str) -> None:
         """Log and record a rejected update of a node that is busy with another job."""
-        what = "%s: rejected update of node %s (job %s): %s"
-        log(WARNING, what, self.name, node_id, job_id, reason)
+        self._log_rejection("update", node_id, job_id, reason)
         self.record_event(node_id, job_id, "rejected", self.version, detail=reason)
+
+    def _log_rejection(self, what: str, node_id: int, job_id: int, reason: str) -> None:
+        """Log a rejection: a WARNING the first :data:`REJECTIONS_LOGGED` times, then DEBUG.
+
+        A node whose ClientApp never trains (it replies without an example count, say)
+        would otherwise repeat the same WARNING at every job of the run.
+        """
+        seen = self.rejections.get((node_id, reason), 0) + 1
+        self.rejections[(node_id, reason)] = seen
+        more = ""
+        if seen == REJECTIONS_LOGGED:
+            more = " (the same rejection of this node is logged at DEBUG from now on)"
+        level = WARNING if seen <= REJECTIONS_LOGGED else DEBUG
+        line = "%s: rejected %s of node %s (job %s): %s%s"
+        log(level, line, self.name, what, node_id, job_id, reason, more)
 
     def _on_reply(self, event: ReplyEvent, when: float) -> None:
         """Handle a reply at its event time ``when``."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from typing import Any
@@ -131,6 +132,23 @@ def test_bad_replies_are_rejected_with_node_and_reason_and_never_aggregated() ->
         assert reasons, f"{name} was not rejected"
         assert any(__import__("re").search(BAD[name][1], r) for r in reasons), (name, reasons)
         assert f"rejected reply of node {node}" in caplog.text
+
+
+def test_the_same_rejection_of_a_node_is_warned_three_times_then_logged_at_debug() -> None:
+    """A ClientApp that never trains would repeat one WARNING at every job of the run."""
+    grid = InProcessGrid(ToyEdge(), 5)
+    grid.set_app(1005, BAD["missing-examples"][0])
+    strategy = EdgeStrategy(threshold=2, clock=virtual(), shares=EQUAL)
+    with flwr_logs(logging.DEBUG) as caplog:
+        strategy.start(grid, model(0.0), num_rounds=8, evaluate_fn=accuracy_fn())
+    rejected = [e for e in strategy.events if e.kind == "rejected" and e.node_id == 1005]
+    assert len(rejected) > 3  # every rejection is recorded
+    lines = [r for r in caplog.records if "rejected reply of node 1005" in r.getMessage()]
+    assert len(lines) == len(rejected)
+    assert [r.levelno for r in lines] == [logging.WARNING] * 3 + [logging.DEBUG] * (
+        len(rejected) - 3
+    )
+    assert "logged at DEBUG from now on" in lines[2].getMessage()
 
 
 def test_duplicate_and_foreign_replies_are_rejected() -> None:
