@@ -246,8 +246,7 @@ class SemiAsyncStrategy(Strategy):
         self.stop_reason = ""
         self.stop_kind: StopKind | None = None
         self.evaluate_fn_given = False
-        #: whether Flower's synchronous rounds were warned about (:meth:`configure_train`)
-        self.sync_warned = False
+        self.sync_warned = False  # Flower's synchronous rounds warned about (configure_train)
 
     #: serve the moving average of the global models over this many passes (EdgeStrategy)
     average_passes: float | None = None
@@ -387,11 +386,7 @@ class SemiAsyncStrategy(Strategy):
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """Build one train message per registered node (synchronous use; ``start`` does not).
-
-        The first call logs a WARNING: a loop of the caller's runs FedAvg's rounds, not the
-        semi-asynchronous loop (a subclass's own ``start()``, say).
-        """
+        """Build one train message per node (synchronous use: WARNING once; ``start`` does not)."""
         warn_synchronous_use(self, SemiAsyncStrategy)
         return sync_configure_train(server_round, arrays, config, grid, self.fedavg)
 

@@ -152,9 +152,7 @@ class EventLoop:
             time_budget=strategy.loop.time_budget,
         )
         self.queue = EventQueue()
-        #: rejections logged so far per (node, reason): the same one is logged at most
-        #: :data:`REJECTIONS_LOGGED` times as a WARNING, then at DEBUG (every one is recorded)
-        self.rejections: dict[tuple[int, str], int] = {}
+        self.rejections: dict[tuple[str, str], int] = {}  # see log_rejection
         self.client_eval = ClientEvaluation(
             strategy.fraction_evaluate,
             strategy.min_evaluate_nodes,
@@ -317,29 +315,14 @@ class EventLoop:
 
     def reject(self, node: Node, job_id: int, reason: str) -> None:
         """Log a rejected reply; the node waits for the next version."""
-        self._log_rejection("reply", node.node_id, job_id, reason)
+        log_rejection(self.rejections, self.name, f"reply of node {node.node_id}", job_id, reason)
         self.record_event(node.node_id, job_id, "rejected", self.version, detail=reason)
         node.free(self.version, rejected=reason)
 
     def record_rejection(self, node_id: int, job_id: int, reason: str) -> None:
         """Log and record a rejected update of a node that is busy with another job."""
-        self._log_rejection("update", node_id, job_id, reason)
+        log_rejection(self.rejections, self.name, f"update of node {node_id}", job_id, reason)
         self.record_event(node_id, job_id, "rejected", self.version, detail=reason)
-
-    def _log_rejection(self, what: str, node_id: int, job_id: int, reason: str) -> None:
-        """Log a rejection: a WARNING the first :data:`REJECTIONS_LOGGED` times, then DEBUG.
-
-        A node whose ClientApp never trains (it replies without an example count, say)
-        would otherwise repeat the same WARNING at every job of the run.
-        """
-        seen = self.rejections.get((node_id, reason), 0) + 1
-        self.rejections[(node_id, reason)] = seen
-        more = ""
-        if seen == REJECTIONS_LOGGED:
-            more = " (the same rejection of this node is logged at DEBUG from now on)"
-        level = WARNING if seen <= REJECTIONS_LOGGED else DEBUG
-        line = "%s: rejected %s of node %s (job %s): %s%s"
-        log(level, line, self.name, what, node_id, job_id, reason, more)
 
     def _on_reply(self, event: ReplyEvent, when: float) -> None:
         """Handle a reply at its event time ``when``."""
@@ -546,3 +529,21 @@ def _round_metrics(
     if loop.average is not None and loop.strategy.serve_better:
         out["served-global"] = int(loop.serving_global)
     return out
+
+
+def log_rejection(
+    seen: dict[tuple[str, str], int], name: str, what: str, job_id: int, reason: str
+) -> None:
+    """Log a rejection: a WARNING the first :data:`REJECTIONS_LOGGED` times, then DEBUG.
+
+    ``seen`` counts the rejections logged so far per (``what``, ``reason``), ``what`` naming
+    the node (``"reply of node 7"``). A node whose ClientApp never trains (it replies without
+    an example count, say) would otherwise repeat the same WARNING at every job of the run;
+    every rejection is still recorded as an event.
+    """
+    count = seen[(what, reason)] = seen.get((what, reason), 0) + 1
+    more = ""
+    if count == REJECTIONS_LOGGED:
+        more = " (the same rejection of this node is logged at DEBUG from now on)"
+    level = WARNING if count <= REJECTIONS_LOGGED else DEBUG
+    log(level, "%s: rejected %s (job %s): %s%s", name, what, job_id, reason, more)
