@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Literal, get_args
 
 import numpy as np
@@ -63,6 +64,7 @@ __all__ = [
     "CacheDivisor",
     "OptimizerName",
     "ModelAverage",
+    "ServerOptConfig",
     "ServerOptimizer",
     "StepSum",
     "UpdateCache",
@@ -326,6 +328,36 @@ class UpdateCache:
         self._sum = None
         for node_id in sorted(state):
             self.store(int(node_id), state[node_id])
+
+
+@dataclass(frozen=True)
+class ServerOptConfig:
+    """The settings of a :class:`ServerOptimizer` (a record: each run builds its own state).
+
+    Parameters
+    ----------
+    kind : {"sgd", "momentum", "adam"} (default: "adam")
+        As :class:`ServerOptimizer`'s.
+    beta1 : float (default: 0.0)
+        Momentum, in ``[0, 1)``; 0 with ``"adam"`` divides each step by the running RMS of
+        the steps, coordinate by coordinate (RMSProp on the pseudo-gradient).
+    beta2 : float (default: 0.99)
+        Second-moment decay of ``"adam"``, in ``[0, 1)``.
+    tau : float (default: 1e-3)
+        Adaptivity of ``"adam"`` (``> 0``).
+    """
+
+    kind: OptimizerName = "adam"
+    beta1: float = 0.0
+    beta2: float = 0.99
+    tau: float = 1e-3
+
+    def __post_init__(self) -> None:
+        self.build()  # validates every field, naming it
+
+    def build(self) -> ServerOptimizer:
+        """Return a fresh optimizer (zero moments) with these settings."""
+        return ServerOptimizer(self.kind, beta1=self.beta1, beta2=self.beta2, tau=self.tau)
 
 
 class ServerOptimizer:

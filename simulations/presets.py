@@ -35,6 +35,7 @@ __all__ = [
     "departures",
     "describe",
     "edge_options",
+    "edge_server_lr",
 ]
 
 #: the strategy names that run :class:`~strategies.EdgeStrategy`
@@ -51,6 +52,7 @@ SEED_OPTIONS: Final[dict[str, Any]] = {
     "staleness_lr": False,
     "average_passes": None,
     "serve_better": False,
+    "server_opt": None,
 }
 
 #: ``EdgeStrategy`` keywords that do not change the method (settings of the run)
@@ -111,11 +113,13 @@ def edge_options(settings: SimSettings) -> dict[str, Any]:
     from strategies.config import ValuationConfig
 
     sc = settings.scenario
+    aggregate = sc.edge_aggregate if settings.aggregate is None else settings.aggregate
     options: dict[str, Any] = {
-        "aggregate": sc.edge_aggregate if settings.aggregate is None else settings.aggregate,
-        "server_lr": sc.edge_server_lr if settings.server_lr is None else settings.server_lr,
+        "aggregate": aggregate,
+        "server_lr": edge_server_lr(settings),
         "staleness_lr": sc.edge_staleness_lr,
         "average_passes": sc.edge_average_passes,
+        "server_opt": sc.edge_server_opt if aggregate == "deltas" else None,
     }
     if sc.edge_validation is not None:  # the server's validation set (simulations.server)
         options["valuation"] = ValuationConfig(
@@ -125,12 +129,31 @@ def edge_options(settings: SimSettings) -> dict[str, Any]:
     return options
 
 
+def edge_server_lr(settings: SimSettings) -> float:
+    """Return the ``edge`` preset's server lr: the run's, else the scenario's.
+
+    The scenario's (0.01) is the server optimizer's step; a run that overrides the
+    aggregation to ``"models"`` (no server optimizer) gets the seed's 1.0 instead.
+    """
+    if settings.server_lr is not None:
+        return settings.server_lr
+    sc = settings.scenario
+    aggregate = sc.edge_aggregate if settings.aggregate is None else settings.aggregate
+    return sc.edge_server_lr if aggregate == "deltas" else 1.0
+
+
 def _departure(name: str, value: Any, seed: Any) -> str:
     """Return how option ``name`` at ``value`` departs from the seed's ``seed``."""
     if name == "average_passes":
         return (
             f"average_passes={value:g}: the served model is the moving average of the global "
             f"models over {value:g} pass(es) of the federation (seed: the global model)"
+        )
+    if name == "server_opt":
+        return (
+            f"server_opt={value.kind} (beta1 {value.beta1:g}, beta2 {value.beta2:g}, tau "
+            f"{value.tau:g}): each step is divided by the running RMS of the steps, FedAdam "
+            "(Reddi et al. 2021; seed: the plain average)"
         )
     if name == "serve_better":
         return (

@@ -32,6 +32,7 @@ from typing import Final, Literal, get_args
 
 from flower_edge import validate
 from flower_edge.errors import InputError
+from flower_edge.server_opt import ServerOptConfig
 from simulations.devices import PopulationConfig
 
 __all__ = [
@@ -121,7 +122,13 @@ class Scenario:
     edge_aggregate, edge_server_lr, edge_staleness_lr : str, float, bool
         The ``edge`` preset's aggregation rule (``EdgeStrategy`` options): deltas, server
         learning rate 1.0 scaled by the buffer's staleness (docs/benchmarks/simulations.md,
-        issue 10).
+        issue 10). With ``aggregate="models"`` (a run's override) the server lr is 1.0
+        unless the run sets one, and there is no server optimizer.
+    edge_server_opt : ServerOptConfig, optional
+        A server optimizer for the ``edge`` preset (``EdgeStrategy(server_opt=...)``; with
+        it ``edge_server_lr`` is the optimizer's step, e.g. 0.01). ``None`` (the preset):
+        none. FedAdam with ``beta1 = 0`` at 0.01 is 0.72x FedBuff on mnist1d-100 but breaks
+        mnist1d-200-skew (docs/benchmarks/simulations.md, issue 10, seventeenth session).
     edge_max_epochs : float, optional
         The ``edge`` preset's per-node share cap in epochs of the node's own data
         (``ShareConfig.max_epochs``; 2.5).
@@ -167,6 +174,7 @@ class Scenario:
     min_client_samples: int = 8
     edge_aggregate: Literal["models", "deltas"] = "deltas"
     edge_server_lr: float = 1.0
+    edge_server_opt: ServerOptConfig | None = None
     edge_staleness_lr: bool = True
     edge_max_epochs: float | None = 2.5
     edge_average_passes: float | None = 1.0
@@ -216,6 +224,10 @@ class Scenario:
             validate.number(name, value, low=0.0, low_inclusive=False, error=InputError)
         validate.choice("edge_aggregate", self.edge_aggregate, ("models", "deltas"))
         validate.boolean("edge_staleness_lr", self.edge_staleness_lr, error=InputError)
+        if self.edge_server_opt is not None and not isinstance(
+            self.edge_server_opt, ServerOptConfig
+        ):
+            raise InputError("edge_server_opt must be a ServerOptConfig or None")
         validate.number(
             "edge_average_passes",
             self.edge_average_passes,

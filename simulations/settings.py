@@ -181,13 +181,14 @@ class SimSettings:
         the aggregation options as the edge preset would pass them.
         """
         from flower_edge.staleness import make_decay
+        from simulations.presets import edge_server_lr
         from strategies.edge import EdgeStrategy
 
         make_decay(self.decay, a=self.decay_a)
         sc = self.scenario
         EdgeStrategy.validate_options(
             sc.edge_aggregate if self.aggregate is None else self.aggregate,
-            sc.edge_server_lr if self.server_lr is None else self.server_lr,
+            edge_server_lr(self),
         )
 
     @classmethod

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,7 +38,14 @@ from flwr.common.logger import log
 
 from flower_edge.aggregation import check_update
 from flower_edge.errors import ConfigError, InputError
-from strategies.checkpoint_files import UNREADABLE, read_audit, read_buffer, read_json, read_npz
+from strategies.checkpoint_files import (
+    UNREADABLE,
+    atomic_write,
+    read_audit,
+    read_buffer,
+    read_json,
+    read_npz,
+)
 from strategies.checkpoint_options import (
     CHECKPOINT_DIR_ENV,
     CHECKPOINT_DIR_KEY,
@@ -79,6 +85,7 @@ RUN_FILES: Final = (
     FINISHED_FILE,
     "global-*.npz",
     "update-*.npz",
+    "server-opt-*.npz",  # a server optimizer's moments (strategies.resume)
 )
 
 
@@ -112,19 +119,6 @@ def _c_order(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
     return np.asarray(array, order="C")
 
 
-def _atomic_write(path: Path, write: Any) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 class CheckpointStore:
     """Read and write the checkpoints of one run in ``directory`` (created if missing)."""
 
@@ -149,10 +143,10 @@ class CheckpointStore:
         payload = {f"a{i}": _c_order(a) for i, a in enumerate(arrays)}
         for i, a in enumerate(average or ()):
             payload[f"m{i}"] = _c_order(a)
-        _atomic_write(self.directory / name, lambda h: np.savez(h, **payload))  # type: ignore[arg-type]
+        atomic_write(self.directory / name, lambda h: np.savez(h, **payload))  # type: ignore[arg-type]
         full = dict(state, round=round_, arrays_file=name, keys=list(keys))
         text = json.dumps(full, sort_keys=True).encode()
-        _atomic_write(self.directory / STATE_FILE, lambda h: h.write(text))
+        atomic_write(self.directory / STATE_FILE, lambda h: h.write(text))
         for old in self.directory.glob("global-*.npz"):
             if old.name != name:
                 old.unlink(missing_ok=True)
@@ -165,7 +159,7 @@ class CheckpointStore:
         except (OSError, ValueError):
             return
         text = json.dumps(dict(state, **fields), sort_keys=True).encode()
-        _atomic_write(path, lambda h: h.write(text))
+        atomic_write(path, lambda h: h.write(text))
 
     def load(self) -> Checkpoint:
         """Load the latest checkpoint; raise InputError naming the damaged file, if one is."""
@@ -200,9 +194,9 @@ class CheckpointStore:
         if new is not None and arrays is not None:
             payload = {f"a{i}": _c_order(a) for i, a in enumerate(arrays)}
             path = self.directory / str(new["file"])
-            _atomic_write(path, lambda h: np.savez(h, **payload))  # type: ignore[arg-type]
+            atomic_write(path, lambda h: np.savez(h, **payload))  # type: ignore[arg-type]
         text = json.dumps(list(entries), sort_keys=True).encode()
-        _atomic_write(self.directory / BUFFER_FILE, lambda h: h.write(text))
+        atomic_write(self.directory / BUFFER_FILE, lambda h: h.write(text))
         listed = {str(e["file"]) for e in entries}
         for old in self.directory.glob("update-*.npz"):
             if old.name not in listed:
@@ -262,7 +256,7 @@ class CheckpointStore:
         """Record that the run ended at ``version`` (``reason``, under ``num_rounds``)."""
         entry = {"version": version, "reason": reason, "num_rounds": num_rounds}
         text = json.dumps(entry, sort_keys=True).encode()
-        _atomic_write(self.directory / FINISHED_FILE, lambda h: h.write(text))
+        atomic_write(self.directory / FINISHED_FILE, lambda h: h.write(text))
 
     def finished(self) -> dict[str, Any] | None:
         """Return the finish record of the run in the folder (``None``: not finished)."""
@@ -297,7 +291,7 @@ class CheckpointStore:
         """Drop audit lines of rounds after ``last_round`` (atomically)."""
         kept = [e for e in self.audit() if int(e["round"]) <= last_round]
         text = "".join(json.dumps(e, sort_keys=True) + "\n" for e in kept).encode()
-        _atomic_write(self.directory / AUDIT_FILE, lambda h: h.write(text))
+        atomic_write(self.directory / AUDIT_FILE, lambda h: h.write(text))
 
 
 def open_store(directory: Path) -> CheckpointStore:

@@ -13,6 +13,8 @@ audit's cut last line, drops it: its round was never checkpointed, see
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import zipfile
 from logging import WARNING
 from pathlib import Path
@@ -24,7 +26,7 @@ from flwr.common.logger import log
 
 from flower_edge.errors import InputError
 
-__all__ = ["UNREADABLE", "read_audit", "read_buffer", "read_json", "read_npz"]
+__all__ = ["UNREADABLE", "atomic_write", "read_audit", "read_buffer", "read_json", "read_npz"]
 
 #: what reading a damaged or foreign file raises (numpy, zipfile, json, a wrong JSON type)
 UNREADABLE: Final = (
@@ -38,6 +40,20 @@ UNREADABLE: Final = (
 )
 #: the fields every audit line has, as integers
 AUDIT_INTS: Final = ("round", "node", "job")
+
+
+def atomic_write(path: Path, write: Any) -> None:
+    """Write ``path`` through ``write(handle)`` atomically: a temporary file, fsync, rename."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def read_json(path: Path) -> Any:

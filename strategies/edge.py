@@ -21,7 +21,7 @@ from flower_edge import validate
 from flower_edge.aggregation import WeightedSum
 from flower_edge.arrays import NDArray, cast_like, delta_reference
 from flower_edge.errors import ConfigError
-from flower_edge.server_opt import staleness_scale
+from flower_edge.server_opt import ServerOptConfig, ServerOptimizer, staleness_scale
 from strategies.base import SemiAsyncStrategy, StrategyOptions
 from strategies.config import (
     DEFAULT_PATIENCE,
@@ -48,6 +48,7 @@ PRESETS: Final[Mapping[str, Mapping[str, Any]]] = {
         "staleness_lr": True,
         "average_passes": 1.0,
         "serve_better": True,
+        "server_opt": None,
     },
     "edge-seed": {
         "aggregate": "models",
@@ -55,6 +56,7 @@ PRESETS: Final[Mapping[str, Mapping[str, Any]]] = {
         "staleness_lr": False,
         "average_passes": None,
         "serve_better": False,
+        "server_opt": None,
     },
 }
 #: the ShareConfig fields each preset sets (where the user's ShareConfig keeps the default):
@@ -78,31 +80,57 @@ def _delta(array: NDArray, base: NDArray) -> NDArray:
 
 
 class _StepSum(WeightedSum):
-    """A :class:`WeightedSum` whose means are new global models ``x + lr * step``.
+    """A :class:`WeightedSum` whose means are new global models ``x + lr * u(step)``.
 
     ``deltas=False``: the sum holds local models ``x_i`` and ``step = mean - x``;
     ``deltas=True``: it holds deltas ``x_i - x_base_i`` and ``step = mean``. Leave-one-out
     means (``mean_without``) are the new global without update i, the same way, and
     :meth:`update` returns the model that update i alone would give, so first-order values
-    see the same geometry as with the seed's rule.
+    see the same geometry as with the seed's rule. ``u`` is the identity, or with an
+    ``optimizer`` its direction for the float tensors' step (peeked: every candidate sees the
+    same optimizer state; integer tensors take the plain step); :meth:`commit` then applies
+    the step of the candidate that became the global model, once.
     """
 
-    def __init__(self, global_arrays: Sequence[NDArray], lr: float, *, deltas: bool) -> None:
+    def __init__(
+        self,
+        global_arrays: Sequence[NDArray],
+        lr: float,
+        *,
+        deltas: bool,
+        optimizer: ServerOptimizer | None = None,
+    ) -> None:
         # deltas of a bool or uint8 array are int64 (negative when a value goes down)
         super().__init__(delta_reference(global_arrays) if deltas else global_arrays)
         self._global = [np.asarray(a) for a in global_arrays]
         self._lr = lr
         self._deltas = deltas
+        self._optimizer = optimizer
+        self._floats = [a.dtype.kind == "f" for a in self._global]
+
+    def _steps(self, arrays: Sequence[NDArray]) -> list[NDArray]:
+        steps = [np.asarray(a, dtype=np.float64) for a in arrays]
+        if not self._deltas:
+            steps = [s - x.astype(np.float64) for s, x in zip(steps, self._global, strict=True)]
+        return steps
 
     def _finish(self, arrays: Sequence[NDArray]) -> list[NDArray]:
-        out = []
-        for array, x in zip(arrays, self._global, strict=True):
-            x64 = x.astype(np.float64)
-            step = np.asarray(array, dtype=np.float64)
-            if not self._deltas:
-                step = step - x64
-            out.append(cast_like(x64 + self._lr * step, x))
-        return out
+        steps = self._steps(arrays)
+        if self._optimizer is not None:
+            pairs = zip(steps, self._floats, strict=True)
+            moved = iter(self._optimizer.peek([s for s, f in pairs if f]))
+            steps = [next(moved) if f else s for s, f in zip(steps, self._floats, strict=True)]
+        return [
+            cast_like(x.astype(np.float64) + self._lr * step, x)
+            for step, x in zip(steps, self._global, strict=True)
+        ]
+
+    def commit(self, key: Hashable | None) -> None:
+        """Advance the optimizer with the step of the full mean (``None``) or of ``key``'s."""
+        if self._optimizer is None:
+            return
+        steps = self._steps(super().mean() if key is None else super().mean_without(key))
+        self._optimizer.apply([s for s, f in zip(steps, self._floats, strict=True) if f])
 
     def mean(self) -> list[NDArray]:
         return self._finish(super().mean())
@@ -172,6 +200,14 @@ class EdgeStrategy(SemiAsyncStrategy):
         validation set of the server's, not on the test set you report. The choice is
         logged (``served=global``) and counted in the train metrics (``served-global``);
         after a resume the average is served until the next aggregation.
+    server_opt : ServerOptConfig, optional
+        With ``aggregate="deltas"``: a server optimizer on the aggregated pseudo-gradient
+        (Reddi et al., "Adaptive Federated Optimization", ICLR 2021): the new global model
+        is ``x + eta * u(step)``, ``u`` FedAvgM's momentum or FedAdam's ``m / (sqrt(v) +
+        tau)`` (:class:`flower_edge.server_opt.ServerOptimizer`); every leave-one-out model
+        is the same rule without update i, and the optimizer steps once per aggregation,
+        with the model that became the global one. Its moments are checkpointed. ``None``
+        (the seed): ``u`` is the step itself.
     **options : StrategyOptions
         See :class:`~strategies.base.SemiAsyncStrategy` (typed; an unknown keyword raises
         ``TypeError``).
@@ -201,9 +237,18 @@ class EdgeStrategy(SemiAsyncStrategy):
         staleness_lr: bool = False,
         average_passes: float | None = None,
         serve_better: bool = False,
+        server_opt: ServerOptConfig | None = None,
         **options: Unpack[StrategyOptions],
     ) -> None:
         super().__init__(threshold, **options)
+        if server_opt is not None and not isinstance(server_opt, ServerOptConfig):
+            got = type(server_opt).__name__
+            raise ConfigError(f"server_opt must be a ServerOptConfig or None, got {got}")
+        if server_opt is not None and aggregate != "deltas":
+            raise ConfigError('server_opt needs aggregate="deltas": it steps on the mean delta')
+        self.server_opt = server_opt
+        #: the run's optimizer (new at a run's first aggregation; restored on resume)
+        self.server_optimizer = None if server_opt is None else server_opt.build()
         self.aggregate, self.server_lr = self.validate_options(aggregate, server_lr)
         self.staleness_lr = validate.boolean("staleness_lr", staleness_lr)
         self.average_passes = validate.number(
@@ -307,7 +352,9 @@ class EdgeStrategy(SemiAsyncStrategy):
         lr = self.server_lr
         if self.staleness_lr:
             lr *= staleness_scale([max(0, version - u.base_version) for u in updates])
-        total = _StepSum(global_arrays, lr, deltas=deltas)
+        if self.server_opt is not None and version == 0:  # a new run: zero moments
+            self.server_optimizer = self.server_opt.build()
+        total = _StepSum(global_arrays, lr, deltas=deltas, optimizer=self.server_optimizer)
         weights = []
         for update in updates:
             weight = self.coefficient(update) * self.decay(update.delay)
@@ -328,7 +375,7 @@ class EdgeStrategy(SemiAsyncStrategy):
         )
         return [
             f"aggregate: {self.aggregate}, server_lr {self.server_lr}, "
-            f"staleness_lr {self.staleness_lr}",
+            f"staleness_lr {self.staleness_lr}, server_opt {self.server_opt}",
             f"served model: {served}"
             + (" or the global model when it scores better" if self.serve_better else ""),
         ]

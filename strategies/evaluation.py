@@ -401,6 +401,20 @@ class Step(NamedTuple):
 
     @classmethod
     def of(cls, evaluation: ServerEvaluation, combined: Combined, rnd: int) -> Step:
+        """Return the full aggregate, or the aggregate without its worst update (:meth:`choose`).
+
+        A sum with a ``commit`` method (EdgeStrategy's with a server optimizer) is then told
+        which of its models became the global one (``None``: the full aggregate; else the
+        key of the update left out), so that the optimizer's state takes that step once.
+        """
+        step = cls.choose(evaluation, combined, rnd)
+        commit = getattr(combined.total, "commit", None)
+        if commit is not None and combined.total is not None:
+            commit(None if step.dropped is None else combined.total.keys[step.dropped])
+        return step
+
+    @classmethod
+    def choose(cls, evaluation: ServerEvaluation, combined: Combined, rnd: int) -> Step:
         """Return the full aggregate, or the aggregate without its worst update.
 
         The aggregate and its leave-one-out models are scored here when ``drop_worst`` or

@@ -27,11 +27,15 @@ from strategies.checkpoint import (
     buffer_entry,
     buffered_updates,
 )
+from strategies.checkpoint_files import atomic_write, read_npz
 from strategies.evaluation import to_record
 from strategies.records import AggregationRecord, Update
 
 if TYPE_CHECKING:
     from strategies.loop import EventLoop
+
+#: a server optimizer's moments after aggregation ``round`` (``EdgeStrategy(server_opt=...)``)
+OPTIMIZER_FILE = "server-opt-{:06d}.npz"
 
 __all__ = [
     "checkpoint_name",
@@ -117,7 +121,45 @@ def save_checkpoint(loop: EventLoop, record: AggregationRecord) -> None:
     )
     entries = [buffer_entry(u, loop.start_time) for u in loop.buffer]
     average = None if loop.average is None else loop.average.arrays
+    optimizer = getattr(loop.strategy, "server_optimizer", None)
+    if optimizer is not None:  # before the state that names its round (see _restore_optimizer)
+        moments = {
+            f"{k}{i}": a for k, arrays in optimizer.state().items() for i, a in enumerate(arrays)
+        }
+        path = loop.store.directory / OPTIMIZER_FILE.format(loop.version)
+        atomic_write(path, lambda h: np.savez(h, **moments))  # type: ignore[arg-type]
     loop.store.save_run(record, loop.keys, loop.global_arrays, state, entries, average)
+    for old in loop.store.directory.glob("server-opt-*.npz"):
+        if old.name != OPTIMIZER_FILE.format(loop.version):
+            old.unlink(missing_ok=True)
+
+
+def _restore_optimizer(loop: EventLoop, store: CheckpointStore) -> None:
+    """Restore a server optimizer's moments saved with the checkpoint's round.
+
+    The moments are written before the state that names their round, and older ones are
+    removed after it: a kill in between leaves the previous round's moments beside the
+    previous state. A checkpoint without them (written by a run without the optimizer)
+    restarts the moments at zero, with a WARNING.
+    """
+    optimizer = getattr(loop.strategy, "server_optimizer", None)
+    if optimizer is None:
+        return
+    path = store.directory / OPTIMIZER_FILE.format(loop.version)
+    if not path.is_file():
+        log(
+            WARNING,
+            "%s: no server optimizer moments in %s: they restart at zero",
+            loop.name,
+            store.directory,
+        )
+        optimizer.load({})
+        return
+    data = read_npz(path)
+    state = {
+        k: [data[f"{k}{i}"] for i in range(len(data)) if f"{k}{i}" in data] for k in ("m", "v")
+    }
+    optimizer.load({k: v for k, v in state.items() if v})
 
 
 def save_client_evaluations(loop: EventLoop) -> None:
@@ -250,6 +292,7 @@ def resume_from_checkpoint(loop: EventLoop, ids: list[int]) -> bool:
         )
         loop.average.restore(average, state.averaged)
         loop.served = loop.average.served(loop.global_arrays)
+    _restore_optimizer(loop, store)
     loop.clock.advance_to(state.clock)
     loop.start_time = loop.clock.now() - state.elapsed  # wall clocks restart
     loop.dispatcher.resume_after(state.jobs)
