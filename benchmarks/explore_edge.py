@@ -53,7 +53,9 @@ strategy. A variant is ``label:JSON`` with any of these keys:
     use) is the same rule on its buffer, peeked without changing the optimizer; the
     optimizer's state advances once per aggregation, with the step of the candidate that
     became the global model (found at the next combine). Integer tensors take the plain step.
-    Shares, slices, abandon rule, values, stop and served model stay the preset's.
+    Shares, slices, abandon rule, values, stop and served model stay the preset's. Not with
+    ``screen`` or ``line_search`` (they call the combine more than once per aggregation or
+    serve a model it did not make: the run stops with an error).
 ``prox``
     ``mu`` (issue 10, session 15): FedProx's proximal term ``mu / 2 ||w - w_0||^2`` added to
     the local loss of every job of this variant, ``w_0`` the global model the job started
