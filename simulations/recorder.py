@@ -98,6 +98,8 @@ class WorkLedger:
     delivered_slices: set[int] = field(default_factory=set)
     #: (node id, job id) -> slice indices of that job's delivered update
     delivered_jobs: dict[tuple[int, int], list[int]] = field(default_factory=dict)
+    #: slice index -> virtual arrival time of the update its job delivered
+    delivered_at: dict[int, float] = field(default_factory=dict)
     abandoned_jobs: int = 0
     #: node id -> partition id, when replies report it (simulations)
     partitions: dict[int, int] = field(default_factory=dict)
@@ -138,6 +140,7 @@ class WorkLedger:
         segment.append(index)
         if done:
             self.delivered_slices.update(segment)
+            self.delivered_at.update(dict.fromkeys(segment, start + seconds))
             if job_id is not None:
                 self.delivered_jobs[(node_id, job_id)] = list(segment)
             segment.clear()
@@ -155,16 +158,34 @@ class WorkLedger:
         """
         return {i for key in jobs for i in self.delivered_jobs.get(key, ())}
 
-    def wasted_fraction(self, unused_slices: Iterable[int] = ()) -> float:
+    def in_flight(self, end: float, wasted: Iterable[int] = ()) -> set[int]:
+        """Return the slice indices of work still in flight at virtual time ``end``.
+
+        A slice is in flight when its job was neither abandoned nor in ``wasted`` and had not
+        delivered its update by ``end``: the update arrived later (a reply the grid pulled
+        after the run's last aggregation) or never.
+        """
+        out = self.abandoned_slices | set(wasted)
+        limit = end + 1e-9 * max(1.0, abs(end))  # the same sums, in another order
+        return {
+            i
+            for i in range(len(self.slices))
+            if i not in out and self.delivered_at.get(i, math.inf) > limit
+        }
+
+    def wasted_fraction(self, unused_slices: Iterable[int] = (), end: float | None = None) -> float:
         """Return the wasted share of the samples trained.
 
         Wasted: the abandoned slices, plus ``unused_slices`` (the slices of delivered
-        updates that no aggregation used: rejected, left out, never aggregated).
+        updates that no aggregation used: rejected, left out, never aggregated). With
+        ``end`` (the run's last virtual time), work still in flight then
+        (:meth:`in_flight`) counts neither way: it is left out of the total too.
         """
-        total = self.samples()
-        if total == 0:
-            return 0.0
         wasted = self.abandoned_slices | set(unused_slices)
+        flying = set() if end is None else self.in_flight(end, wasted)
+        total = self.samples() - self.samples(flying)
+        if total <= 0:
+            return 0.0
         return self.samples(wasted) / total
 
 

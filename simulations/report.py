@@ -27,8 +27,9 @@ JSON contract of ``flower-edge simulate --json`` (one object per run; a list for
 whose work never reached the global model: jobs abandoned by the abandon rule, plus finished
 updates the server rejected, left out of their aggregation (``drop_worst``: the
 ``dropped_updates``) or had not aggregated when the run ended
-(:func:`simulations.server.unused_updates`). Work still in flight when the run ends is not
-counted either way.
+(:func:`simulations.server.unused_updates`). Work still in flight when the run ends (jobs
+that had not delivered their update by the last aggregation) is not counted either way
+(:meth:`simulations.recorder.WorkLedger.in_flight`).
 
 The first fields identify the run: with ``heterogeneity`` and ``threshold`` as resolved (a
 ``--clients`` below the scenario's lowers K with it), ``rounds_requested`` and ``engine``

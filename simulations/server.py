@@ -217,7 +217,8 @@ def _run_server(grid: Grid, settings: SimSettings, progress: ProgressFn | None) 
     wall = time.perf_counter() - t0
     history = _history(strategy, evaluator, result)
     unused = recorder.ledger.slices_of(unused_updates(strategy, result))
-    spans = _timeline(recorder.ledger, settings, unused)
+    end = history[-1].virtual_time
+    spans = _timeline(recorder.ledger, settings, unused, end)
     abandoned = recorder.ledger.abandoned_jobs
     log(
         INFO,
@@ -235,7 +236,7 @@ def _run_server(grid: Grid, settings: SimSettings, progress: ProgressFn | None) 
         final_accuracy=history[-1].accuracy,
         rounds=len(history) - 1,
         abandoned_jobs=abandoned,
-        wasted_compute_fraction=recorder.ledger.wasted_fraction(unused),
+        wasted_compute_fraction=recorder.ledger.wasted_fraction(unused, end=end),
         wall_seconds=wall,
         history=tuple(history),
         timeline=tuple(spans),
@@ -328,18 +329,28 @@ def unused_updates(strategy: Any, result: Any) -> set[tuple[int, int]]:
     return received - used
 
 
-def _timeline(ledger: WorkLedger, settings: SimSettings, unused: set[int]) -> list[TimelineSpan]:
-    """Return every client's spans: training, abandoned, wasted (``unused``), offline."""
+def _timeline(
+    ledger: WorkLedger, settings: SimSettings, unused: set[int], end: float
+) -> list[TimelineSpan]:
+    """Return every client's spans: training, abandoned, wasted (``unused``), offline.
+
+    The spans stop at ``end``, the run's last aggregation (the table's virtual seconds): a
+    reply pulled after it is work still in flight, drawn up to ``end`` only (found by a
+    new-user probe: a flaky node's in-flight job stretched the chart to three times the run).
+    A run without an aggregation keeps every span.
+    """
     spans: list[TimelineSpan] = []
     partition = ledger.partitions
-    end = 0.0
+    if end <= 0.0:
+        end = max((s.end for s in ledger.slices), default=0.0)
     for i, s in enumerate(ledger.slices):
+        if s.start >= end:  # sent after the run's end: nothing of it falls within
+            continue
         node = partition.get(s.node_id, -1)
         kind: SpanKind = (
             "abandoned" if i in ledger.abandoned_slices else "wasted" if i in unused else "training"
         )
-        spans.append(TimelineSpan(node, s.start, s.end, kind))
-        end = max(end, s.end)
+        spans.append(TimelineSpan(node, s.start, min(s.end, end), kind))
     for device in devices_for(settings.scenario, settings.seed):
         for a, b in device.offline_stretches(0.0, end):
             spans.append(TimelineSpan(device.spec.node, a, b, "offline"))

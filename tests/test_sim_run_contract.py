@@ -78,6 +78,41 @@ def test_the_run_counts_and_draws_the_updates_it_left_out(edge_run: RunResult) -
     assert edge_run.wasted_compute_fraction > 0.0
 
 
+def test_work_still_in_flight_at_the_end_counts_neither_way() -> None:
+    """Found by a new-user probe: the replies the grid pulled after the run's last
+    aggregation (every busy client's job) counted as useful work in the total, where the
+    docs say work still in flight at the end counts neither way."""
+    from flwr.app import MetricRecord
+
+    from flower_edge import wire
+    from simulations.recorder import WorkLedger
+
+    v, s, d, a = wire.VIRTUAL_SECONDS, wire.SAMPLES_PROCESSED, wire.DONE, wire.ABANDONED
+
+    def reply(**metrics: float) -> MetricRecord:
+        return MetricRecord(metrics)  # type: ignore[arg-type]
+
+    ledger = WorkLedger()
+    ledger.add(1, 0.0, reply(**{v: 2.0, s: 30, d: 0, a: 0}))  # abandoned below: wasted
+    ledger.add(1, 2.0, reply(**{v: 1.0, s: 10, d: 1, a: 1}))  # a new job, delivered at 3
+    ledger.add(2, 0.0, reply(**{v: 3.0, s: 60, d: 1, a: 0}))  # delivered at 3
+    ledger.add(3, 2.5, reply(**{v: 0.2, s: 20, d: 0, a: 0}))  # progress of a job ...
+    ledger.add(3, 2.7, reply(**{v: 5.0, s: 70, d: 1, a: 0}))  # ... delivered at 7.7
+    ledger.add(4, 2.9, reply(**{v: 1.0, s: 40, d: 0, a: 0}))  # never delivered
+    assert ledger.in_flight(3.0) == {3, 4, 5}
+    assert ledger.wasted_fraction(end=3.0) == pytest.approx(30 / 100)
+    assert ledger.wasted_fraction() == pytest.approx(30 / 210)  # no end: every slice
+
+
+def test_the_timeline_ends_with_the_run(edge_run: RunResult) -> None:
+    """Found by a new-user probe: a flaky node's job still in flight at the end stretched
+    ``timeline-edge.png`` to 8.5 virtual s for a run of 2.6 s (seed 3, 30 aggregations)."""
+    end = edge_run.history[-1].virtual_time
+    assert edge_run.timeline
+    assert max(span.end for span in edge_run.timeline) <= end
+    assert all(span.start < end for span in edge_run.timeline)
+
+
 @pytest.mark.parametrize(
     ("stop", "kind"),
     [
