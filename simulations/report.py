@@ -294,11 +294,12 @@ def _fmt(value: float | None, spec: str) -> str:
     return format(value, spec)
 
 
-def _accuracy(value: float) -> str:
-    """Format an accuracy for the table, rounded down to 3 decimals.
+def accuracy_text(value: float) -> str:
+    """Format an accuracy for the table and the progress bar, rounded down to 3 decimals.
 
     Rounded to nearest, a final accuracy of 0.8997 read ``0.900`` beside a target of 0.90
-    that the run never reached (``t->target`` ``-``; found by a new-user probe).
+    that the run never reached (``t->target`` ``-``; found by a new-user probe); the progress
+    bar, rounded to nearest, showed ``acc 0.811`` for the table's ``0.810``.
     """
     if not math.isfinite(value):
         return "-"
@@ -320,7 +321,7 @@ def summary_table(results: Sequence[RunResult]) -> str:
         ref = base.get(r.seed)
         ratio = ttt / ref if ttt is not None and ref else None
         lines.append(
-            f"{r.strategy:<9} {r.seed:>{sw}} {r.rounds:>6} {_accuracy(r.final_accuracy):>9} "
+            f"{r.strategy:<9} {r.seed:>{sw}} {r.rounds:>6} {accuracy_text(r.final_accuracy):>9} "
             f"{_fmt(ttt, '.1f'):>10} {_fmt(ratio, '.2f'):>9} "
             f"{_fmt(r.virtual_seconds, '.1f'):>10} {r.abandoned_jobs:>9} "
             f"{_fmt(r.wasted_compute_fraction, '.1%'):>7} {_fmt(r.wall_seconds, '.1f'):>7}"

@@ -185,6 +185,26 @@ def test_the_progress_bar_ends_on_the_last_round_of_an_early_stop() -> None:
     assert stream.getvalue().splitlines() == lines
 
 
+def test_the_progress_bar_reads_the_accuracy_as_the_table_does() -> None:
+    """Found by a new-user probe: fedasync's last round read ``acc 0.811`` on stderr and
+    ``0.810`` in the table (0.81058...: the table rounds down, so that 0.8997 never reads
+    0.900 beside a target of 0.90 that was missed; the bar rounded to nearest)."""
+    import io
+
+    from simulations.cli import _Progress
+    from simulations.report import accuracy_text
+
+    stream = io.StringIO()
+    bar = _Progress(stream, 1)
+    bar.start("digits-20/fedasync")
+    bar(1, 2, 0.8997, 0.3)
+    bar(2, 2, 0.8105849582172702, 0.5)
+    lines = stream.getvalue().splitlines()
+    assert "acc 0.899 t 0.3 s" in lines[-2]
+    assert "acc 0.810 t 0.5 s" in lines[-1]
+    assert accuracy_text(0.8105849582172702) == "0.810"
+
+
 def test_the_json_says_why_the_run_ended(edge_run: RunResult) -> None:
     """Found by a new-user probe: results.json did not say what ended a run (``--rounds``
     budget, convergence, target)."""
