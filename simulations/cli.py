@@ -406,7 +406,7 @@ class _Progress:
         self.stream.flush()
 
     def __call__(self, rnd: int, rounds: int, accuracy: float, virtual_time: float) -> None:
-        from simulations.report import accuracy_text  # the table's rounding (down)
+        from simulations.report import accuracy_text, seconds_text  # as in the table
 
         if rnd <= self.last_round:
             return
@@ -416,7 +416,7 @@ class _Progress:
         bar = "#" * filled + "." * (width - filled)
         line = (
             f"[{self.run_index}/{self.total_runs}] {self.label} [{bar}] round {rnd}/{rounds} "
-            f"acc {accuracy_text(accuracy)} t {virtual_time:.1f} s"
+            f"acc {accuracy_text(accuracy)} t {seconds_text(virtual_time)} s"
         )
         self.line, self.open = line, rnd < rounds
         if self.tty:

@@ -23,7 +23,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from flower_edge.errors import InputError
 from flower_edge.radar import match_ratios, radar_chart
-from simulations.report import RunResult, SpanKind, TimelineSpan
+from simulations.report import RunResult, SpanKind, TimelineSpan, seconds_text
 
 __all__ = ["SPAN_COLOURS", "plot_accuracy", "plot_radar", "plot_timeline"]
 
@@ -64,7 +64,7 @@ def plot_accuracy(results: Sequence[RunResult], path: str | Path) -> Path:
             label = f"{r.strategy} (seed {r.seed})" if several_seeds else r.strategy
             ttt = r.time_to_target
             if ttt is not None:
-                label += f": target at {ttt:.0f} s"
+                label += f": target at {seconds_text(ttt)} s"
             ax.plot(
                 xs,
                 ys,

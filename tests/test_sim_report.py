@@ -88,6 +88,41 @@ def test_summary_table_has_a_row_per_run_and_ratio() -> None:
     assert "digits-20" in table
 
 
+def test_short_virtual_times_do_not_read_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by a new-user probe: with ``--heterogeneity 1000000`` edge-seed reached its
+    target at 0.015 virtual s against FedAvg's 7001 s; the table read ``0.0`` and ``0.00``,
+    the accuracy chart ``target at 0 s`` (and 0.92 s and 1.31 s both ``1 s``)."""
+    import simulations.plots as plots
+
+    fast, slow = _result("edge-seed", [0.1, 0.9], 0.0146), _result("fedavg", [0.1, 0.9], 7001.0)
+    row = next(line for line in summary_table([fast, slow]).splitlines() if "edge-seed" in line)
+    assert row.split()[4:7] == ["0.015", "2.1e-06", "0.015"]  # t->target, vs fedavg, virtual s
+    labels: list[str] = []
+
+    class Axes:
+        def plot(self, *args: object, label: str = "", **kwargs: object) -> None:
+            labels.append(label)
+
+        def __getattr__(self, name: str) -> object:
+            return lambda *args, **kwargs: None
+
+    class Pyplot:
+        def subplots(self, **kwargs: object) -> tuple[Axes, Axes]:
+            return Axes(), Axes()
+
+        def close(self, fig: object) -> None:
+            pass
+
+    monkeypatch.setattr(plots, "_pyplot", Pyplot)
+    runs = [fast, _result("edge", [0.1, 0.9], 0.918), _result("fedbuff", [0.1, 0.9], 1.31)]
+    plots.plot_accuracy(runs, "unused.png")
+    assert labels == [
+        "edge-seed: target at 0.015 s",
+        "edge: target at 0.9 s",
+        "fedbuff: target at 1.3 s",
+    ]
+
+
 def test_plots_write_pngs(tmp_path: Path) -> None:
     runs = [_result("edge", [0.1, 0.5, 0.9], 10.0), _result("fedavg", [0.1, 0.6], 50.0)]
     acc = plot_accuracy(runs, tmp_path / "accuracy.png")
