@@ -99,7 +99,9 @@ def write_outputs(
     for r in results:
         title = f"{r.scenario} / {r.strategy}: client timeline (seed {r.seed})"
         written.append(
-            plot_timeline(r.timeline, r.clients, out / f"timeline-{r.strategy}.png", title=title)
+            plot_timeline(
+                r.timeline, r.clients, out / f"timeline-{r.strategy}.png", title=title, first_id=1
+            )
         )
     written.append(_plot_radar(settings[0], out / "radar.png"))
     table = out / "summary.txt"
@@ -142,5 +144,6 @@ def _plot_radar(settings: SimSettings, path: Path) -> Path:
     evaluations = np.array(
         [[VirtualProbe(d).profile("quick").evaluations[a] for a in AXES] for d in devices]
     )
-    labels = [str(d.spec.node) for d in devices]
+    # the node ids of the strategy's log messages (partition id + 1), as in the timelines
+    labels = [str(d.spec.node + 1) for d in devices]
     return plot_radar(evaluations, compute_share(settings.scenario), labels, path)

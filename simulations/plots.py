@@ -96,6 +96,7 @@ def plot_timeline(
     *,
     title: str = "client timeline",
     horizon: float | None = None,
+    first_id: int = 0,
 ) -> Path:
     """Draw one row per client (training, abandoned, wasted, offline); return ``path``.
 
@@ -111,6 +112,9 @@ def plot_timeline(
         Chart title.
     horizon : float, optional
         Right end of the time axis (default: the last span's end).
+    first_id : int (default: 0)
+        The label of row 0: rows read ``first_id .. first_id + num_nodes - 1`` (the
+        simulations pass 1, the node ids of the strategy's log messages).
     """
     from matplotlib.patches import Patch
 
@@ -128,9 +132,10 @@ def plot_timeline(
         ax.set_ylim(-0.6, num_nodes - 0.4)
         ax.invert_yaxis()
         ax.set_xlabel("virtual time (s)")
-        ax.set_ylabel("client (partition id)")
+        ax.set_ylabel("client (partition id)" if first_id == 0 else "node id (partition id + 1)")
         if num_nodes <= 30:
             ax.set_yticks(range(num_nodes))
+        ax.yaxis.set_major_formatter(lambda y, _: f"{round(y) + first_id}")
         ax.set_title(title)
         handles = [Patch(color=c, label=k) for k, c in SPAN_COLOURS.items()]
         handles.append(Patch(facecolor="white", edgecolor="0.6", label="idle"))

@@ -123,6 +123,34 @@ def test_short_virtual_times_do_not_read_zero(monkeypatch: pytest.MonkeyPatch) -
     ]
 
 
+def test_the_plots_name_the_nodes_as_the_strategy_logs_do(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Found by a new-user probe: the edge strategy warned "node 48 share capped at 195
+    samples" (its node ids are partition id + 1 in the simulations), and radar.png called
+    that device "best: 47", the timelines row 47."""
+    import simulations.plots as plots
+    from simulations.app import SimSettings
+    from simulations.outputs import write_outputs
+
+    seen: dict[str, object] = {}
+
+    def radar(evaluations: object, share: float, labels: list[str], path: Path) -> Path:
+        seen["radar"] = list(labels)
+        return Path(path)
+
+    def timeline(*args: object, first_id: int = 0, **kwargs: object) -> Path:
+        seen["timeline"] = first_id
+        return Path(str(args[2]))
+
+    monkeypatch.setattr(plots, "plot_radar", radar)
+    monkeypatch.setattr(plots, "plot_timeline", timeline)
+    monkeypatch.setattr(plots, "plot_accuracy", lambda results, path: Path(path))
+    settings = SimSettings.create("digits-20", "edge", clients=3, rounds=1)
+    write_outputs([_result("edge", [0.1, 0.9], 1.0)], [settings], tmp_path, as_list=False)
+    assert seen == {"radar": ["1", "2", "3"], "timeline": 1}
+
+
 def test_plots_write_pngs(tmp_path: Path) -> None:
     runs = [_result("edge", [0.1, 0.5, 0.9], 10.0), _result("fedavg", [0.1, 0.6], 50.0)]
     acc = plot_accuracy(runs, tmp_path / "accuracy.png")
