@@ -66,6 +66,7 @@ def test_the_simulations_use_the_same_presets() -> None:
         "staleness_lr": sc.edge_staleness_lr,
         "average_passes": sc.edge_average_passes,
         "serve_better": sc.edge_serve_better,
+        "server_opt": sc.edge_server_opt,
     }
     assert scenario_edge == dict(PRESETS["edge"])
     assert sc.edge_max_epochs == 2.5
