@@ -41,7 +41,8 @@ strategy. A variant is ``label:JSON`` with any of these keys:
     node not cached yet; the server lr (with its staleness scaling), shares, slices,
     abandon rule, values, stop and served model stay the preset's.
 ``server_opt``
-    ``{"kind": "momentum" | "adam" | "sgd", "beta1", "beta2", "tau", "lr", "lr_scale"}``
+    ``{"kind": "momentum" | "adam" | "sgd", "beta1", "beta2", "tau", "lr", "lr_scale",
+    "bias_correction"}``
     (issue 10, session 17): a server optimizer on the aggregated pseudo-gradient (Reddi et
     al., ICLR 2021; ``flower_edge.server_opt.ServerOptimizer``) as the edge strategy's
     combine. The step ``s`` is the preset's weighted mean delta (weights shares times decay,
@@ -369,7 +370,7 @@ def _equal_model(a: Sequence[Any], b: Sequence[Any]) -> bool:
 
 def _server_opt(strategy: Any, spec: dict[str, Any]) -> Any:
     """A combine with a server optimizer on the preset's weighted mean delta (``server_opt``)."""
-    unknown = set(spec) - {"kind", "beta1", "beta2", "tau", "lr", "lr_scale"}
+    unknown = set(spec) - {"kind", "beta1", "beta2", "tau", "lr", "lr_scale", "bias_correction"}
     if unknown:
         raise ValueError(f"server_opt: unknown keys {sorted(unknown)}")
     optimizer = ServerOptimizer(
@@ -377,6 +378,7 @@ def _server_opt(strategy: Any, spec: dict[str, Any]) -> Any:
         beta1=float(spec.get("beta1", 0.9)),
         beta2=float(spec.get("beta2", 0.99)),
         tau=float(spec.get("tau", 1e-3)),
+        bias_correction=bool(spec.get("bias_correction", False)),
     )
     base_lr = float(spec.get("lr", strategy.server_lr)) * float(spec.get("lr_scale", 1.0))
     pending: dict[str, Any] = {"sum": None}

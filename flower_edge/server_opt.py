@@ -345,19 +345,28 @@ class ServerOptConfig:
         Second-moment decay of ``"adam"``, in ``[0, 1)``.
     tau : float (default: 1e-3)
         Adaptivity of ``"adam"`` (``> 0``).
+    bias_correction : bool (default: False)
+        As :class:`ServerOptimizer`'s.
     """
 
     kind: OptimizerName = "adam"
     beta1: float = 0.0
     beta2: float = 0.99
     tau: float = 1e-3
+    bias_correction: bool = False
 
     def __post_init__(self) -> None:
         self.build()  # validates every field, naming it
 
     def build(self) -> ServerOptimizer:
         """Return a fresh optimizer (zero moments) with these settings."""
-        return ServerOptimizer(self.kind, beta1=self.beta1, beta2=self.beta2, tau=self.tau)
+        return ServerOptimizer(
+            self.kind,
+            beta1=self.beta1,
+            beta2=self.beta2,
+            tau=self.tau,
+            bias_correction=self.bias_correction,
+        )
 
 
 class ServerOptimizer:
@@ -374,6 +383,10 @@ class ServerOptimizer:
         Second-moment decay of ``"adam"``, in ``[0, 1)``.
     tau : float (default: 1e-3)
         Adaptivity of ``"adam"`` (``> 0``).
+    bias_correction : bool (default: False)
+        ``"adam"`` only: divide ``m`` by ``1 - beta1^t`` and ``v`` by ``1 - beta2^t`` at step
+        ``t`` (Kingma and Ba's Adam). Without it (the paper's FedAdam) ``v`` starts near 0 and
+        the first steps are about ``1 / sqrt(1 - beta2)`` times larger than later ones.
     """
 
     def __init__(
@@ -383,6 +396,7 @@ class ServerOptimizer:
         beta1: float = 0.9,
         beta2: float = 0.99,
         tau: float = 1e-3,
+        bias_correction: bool = False,
     ) -> None:
         validate.choice("kind", kind, OPTIMIZERS, error=InputError)
         for name, value in (("beta1", beta1), ("beta2", beta2)):
@@ -392,8 +406,12 @@ class ServerOptimizer:
         self.beta1 = float(beta1)
         self.beta2 = float(beta2)
         self.tau = float(tau)
+        self.bias_correction = validate.boolean(
+            "bias_correction", bias_correction, error=InputError
+        )
         self.m: Float64s | None = None
         self.v: Float64s | None = None
+        self.steps = 0  # steps applied (t of the bias correction)
 
     def _moments(self, step: Float64s) -> tuple[Float64s, Float64s | None]:
         m0 = self.m if self.m is not None else [np.zeros_like(s) for s in step]
@@ -404,17 +422,20 @@ class ServerOptimizer:
         v = [self.beta2 * v + (1.0 - self.beta2) * s * s for v, s in zip(v0, step, strict=True)]
         return m, v
 
-    def _direction(self, m: Float64s, v: Float64s | None) -> Float64s:
+    def _direction(self, m: Float64s, v: Float64s | None, t: int) -> Float64s:
         if v is None:
             return m
-        return [mi / (np.sqrt(vi) + self.tau) for mi, vi in zip(m, v, strict=True)]
+        cm = cv = 1.0
+        if self.bias_correction:
+            cm, cv = 1.0 - self.beta1**t, 1.0 - self.beta2**t
+        return [(mi / cm) / (np.sqrt(vi / cv) + self.tau) for mi, vi in zip(m, v, strict=True)]
 
     def peek(self, step: Sequence[Array]) -> Float64s:
         """Return the direction for ``step`` without changing the optimizer's state."""
         s = _f64(step)
         if self.kind == "sgd":
             return s
-        return self._direction(*self._moments(s))
+        return self._direction(*self._moments(s), self.steps + 1)
 
     def apply(self, step: Sequence[Array]) -> Float64s:
         """Return the direction for ``step`` and advance the state (one server step)."""
@@ -422,11 +443,12 @@ class ServerOptimizer:
         if self.kind == "sgd":
             return s
         self.m, self.v = self._moments(s)
-        return self._direction(self.m, self.v)
+        self.steps += 1
+        return self._direction(self.m, self.v, self.steps)
 
     def state(self) -> dict[str, Float64s]:
-        """Return the moments (``"m"``, ``"v"`` when set) for a checkpoint."""
-        out: dict[str, Float64s] = {}
+        """Return the moments (``"m"``, ``"v"`` when set) and ``"t"`` for a checkpoint."""
+        out: dict[str, Float64s] = {"t": [np.array(float(self.steps))]}
         if self.m is not None:
             out["m"] = list(self.m)
         if self.v is not None:
@@ -437,6 +459,7 @@ class ServerOptimizer:
         """Restore the moments from :meth:`state`."""
         self.m = _f64(state["m"]) if "m" in state else None
         self.v = _f64(state["v"]) if "v" in state else None
+        self.steps = int(np.asarray(state["t"][0]).item()) if "t" in state else 0
 
 
 class StepSum(WeightedSum):

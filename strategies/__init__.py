@@ -6,6 +6,7 @@
 deterministic tests.
 """
 
+from flower_edge.server_opt import ServerOptConfig
 from strategies.base import SemiAsyncStrategy, StrategyOptions
 from strategies.baselines import FedAsync, FedBuff
 from strategies.checkpoint import Checkpoint, CheckpointStore, checkpoint_options
@@ -46,6 +47,7 @@ __all__ = [
     "ManualClock",
     "ProfileRecord",
     "SemiAsyncStrategy",
+    "ServerOptConfig",
     "ShareConfig",
     "StopConfig",
     "StrategyOptions",

@@ -157,7 +157,7 @@ def _restore_optimizer(loop: EventLoop, store: CheckpointStore) -> None:
         return
     data = read_npz(path)
     state = {
-        k: [data[f"{k}{i}"] for i in range(len(data)) if f"{k}{i}" in data] for k in ("m", "v")
+        k: [data[f"{k}{i}"] for i in range(len(data)) if f"{k}{i}" in data] for k in ("m", "v", "t")
     }
     optimizer.load({k: v for k, v in state.items() if v})
 

@@ -206,6 +206,30 @@ def test_adam_matches_brute_force() -> None:
         _close(opt.apply(s), [mi / (np.sqrt(vi) + 1e-3) for mi, vi in zip(m, v, strict=True)])
 
 
+def test_bias_corrected_adam_matches_brute_force_and_resumes() -> None:
+    rng = np.random.default_rng(8)
+    steps = [_model(rng) for _ in range(6)]
+    opt = ServerOptimizer("adam", beta1=0.5, beta2=0.9, tau=1e-3, bias_correction=True)
+    m = [np.zeros(s) for s in SHAPES]
+    v = [np.zeros(s) for s in SHAPES]
+    for t, s in enumerate(steps, start=1):
+        m = [0.5 * mi + 0.5 * si for mi, si in zip(m, s, strict=True)]
+        v = [0.9 * vi + 0.1 * si**2 for vi, si in zip(v, s, strict=True)]
+        want = [
+            (mi / (1 - 0.5**t)) / (np.sqrt(vi / (1 - 0.9**t)) + 1e-3)
+            for mi, vi in zip(m, v, strict=True)
+        ]
+        _close(opt.peek(s), want)
+        _close(opt.apply(s), want)
+        if t == 3:  # a checkpoint here: the clone goes on with the same t
+            clone = ServerOptimizer("adam", beta1=0.5, beta2=0.9, bias_correction=True)
+            clone.load(opt.state())
+    assert opt.steps == 6
+    for s in steps[3:]:
+        last = clone.apply(s)
+    _close(last, want)
+
+
 def test_sgd_is_the_step_and_peek_keeps_the_state() -> None:
     rng = np.random.default_rng(7)
     s = _model(rng)
