@@ -44,19 +44,15 @@ strategy. A variant is ``label:JSON`` with any of these keys:
     ``{"kind": "momentum" | "adam" | "sgd", "beta1", "beta2", "tau", "lr", "lr_scale",
     "bias_correction"}``
     (issue 10, session 17): a server optimizer on the aggregated pseudo-gradient (Reddi et
-    al., ICLR 2021; ``flower_edge.server_opt.ServerOptimizer``) as the edge strategy's
-    combine. The step ``s`` is the preset's weighted mean delta (weights shares times decay,
-    deltas from each update's base) and the new global is ``x + lr * u``, ``u`` the
-    optimizer's direction for ``s`` (``"momentum"``: FedAvgM, ``m <- beta1 m + s``, ``u = m``;
-    ``"adam"``: FedAdam, ``u = m / (sqrt(v) + tau)``), ``lr`` the server lr (``lr`` if given,
-    else the preset's) times ``lr_scale`` (default 1) times the preset's staleness scaling.
-    Every candidate (the mean and each leave-one-out mean that the values and ``drop_worst``
-    use) is the same rule on its buffer, peeked without changing the optimizer; the
-    optimizer's state advances once per aggregation, with the step of the candidate that
-    became the global model (found at the next combine). Integer tensors take the plain step.
-    Shares, slices, abandon rule, values, stop and served model stay the preset's. Not with
-    ``screen`` or ``line_search`` (they call the combine more than once per aggregation or
-    serve a model it did not make: the run stops with an error).
+    al., ICLR 2021), through the library's ``EdgeStrategy(server_opt=ServerOptConfig(...))``:
+    the step ``s`` is the preset's weighted mean delta and the new global is ``x + lr * u``,
+    ``u`` the optimizer's direction for ``s`` (``"momentum"``: FedAvgM, ``m <- beta1 m + s``,
+    ``u = m``; ``"adam"``: FedAdam, ``u = m / (sqrt(v) + tau)``, with ``bias_correction``
+    Adam's), ``lr`` the server lr (``lr`` if given, else the preset's) times ``lr_scale``
+    (default 1) times the preset's staleness scaling. Every candidate (the mean and each
+    leave-one-out mean) is the same rule, and the optimizer steps once per aggregation with
+    the model served (``strategies.edge``). Not with ``screen`` or ``line_search`` (they serve
+    a model the combine did not make).
 ``prox``
     ``mu`` (issue 10, session 15): FedProx's proximal term ``mu / 2 ||w - w_0||^2`` added to
     the local loss of every job of this variant, ``w_0`` the global model the job started
@@ -131,7 +127,7 @@ import numpy as np
 import clients.jobs as jobs_module
 import strategies.edge as edge_module
 import strategies.loop as loop_module
-from flower_edge.server_opt import ServerOptimizer, staleness_scale
+from flower_edge.server_opt import ServerOptConfig, staleness_scale
 from simulations.app import SimSettings
 from simulations.runner import run_experiment
 from strategies.baselines import FedBuff
@@ -335,90 +331,31 @@ def _ca2fl(strategy: Any, num_nodes: int, mode: str) -> Any:
     return combine
 
 
-class _OptimizedSum(edge_module._StepSum):
-    """A ``_StepSum`` of deltas whose models are ``x + lr * u``, ``u = optimizer.peek(step)``.
+def _server_opt(strategy: Any, spec: dict[str, Any]) -> None:
+    """Give the edge strategy a server optimizer (``server_opt``), the library's own option.
 
-    Every model it returns (``mean``, ``mean_without``, ``update``) is kept in ``made`` with
-    its step, so that the step of the one that became the global model can be applied.
+    ``EdgeStrategy(server_opt=ServerOptConfig(...))`` with ``server_lr`` = ``lr`` (default:
+    the preset's) times ``lr_scale``. Until the seventeenth session's library option this
+    variant swapped the combine for a copy of the rule; that copy gave the same rows (digits-20
+    seeds 0 and 1, FedAdam ``beta1 = 0``, bit for bit), and ran the optimizer twice once the
+    library's own sum took an optimizer, so the copy is gone.
     """
-
-    def __init__(self, global_arrays: Sequence[Any], lr: float, optimizer: ServerOptimizer):
-        super().__init__(global_arrays, lr, deltas=True)
-        self._optimizer = optimizer
-        self._floats = [np.asarray(a).dtype.kind == "f" for a in global_arrays]
-        self.made: list[tuple[list[Any], list[Any]]] = []  # (model, its float steps)
-
-    def _finish(self, arrays: Sequence[Any]) -> list[Any]:
-        pairs = list(zip(arrays, self._floats, strict=True))
-        step = [np.asarray(a, dtype=np.float64) for a, f in pairs if f]
-        direction = iter(self._optimizer.peek(step))
-        out = [next(direction) if f else a for a, f in pairs]
-        model: list[Any] = super()._finish(out)
-        self.made.append((model, step))
-        return model
-
-
-def _same_model(a: Sequence[Any], b: Sequence[Any]) -> bool:
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
-
-
-def _equal_model(a: Sequence[Any], b: Sequence[Any]) -> bool:
-    return len(a) == len(b) and all(
-        np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(a, b, strict=True)
-    )
-
-
-def _server_opt(strategy: Any, spec: dict[str, Any]) -> Any:
-    """A combine with a server optimizer on the preset's weighted mean delta (``server_opt``)."""
     unknown = set(spec) - {"kind", "beta1", "beta2", "tau", "lr", "lr_scale", "bias_correction"}
     if unknown:
         raise ValueError(f"server_opt: unknown keys {sorted(unknown)}")
-    optimizer = ServerOptimizer(
+    if strategy.aggregate != "deltas":
+        raise ValueError("server_opt needs the preset's aggregate='deltas'")
+    strategy.server_opt = ServerOptConfig(
         spec.get("kind", "momentum"),
         beta1=float(spec.get("beta1", 0.9)),
         beta2=float(spec.get("beta2", 0.99)),
         tau=float(spec.get("tau", 1e-3)),
         bias_correction=bool(spec.get("bias_correction", False)),
     )
-    base_lr = float(spec.get("lr", strategy.server_lr)) * float(spec.get("lr_scale", 1.0))
-    pending: dict[str, Any] = {"sum": None}
-    strategy.explore_optimizer = optimizer
-    strategy.explore_applied = []  # per aggregation: index in ``made`` of the applied model
-
-    def settle(global_arrays: Sequence[Any]) -> None:
-        """Apply the step of the previous aggregation's model that became ``global_arrays``."""
-        total = pending["sum"]
-        if total is None:
-            return
-        pending["sum"] = None
-        made = total.made
-        hit = next((i for i, (m, _) in enumerate(made) if _same_model(m, global_arrays)), None)
-        if hit is None:
-            hit = next((i for i, (m, _) in enumerate(made) if _equal_model(m, global_arrays)), None)
-        if hit is None:
-            raise RuntimeError("server_opt: the global model is none of the last candidates")
-        optimizer.apply(made[hit][1])
-        strategy.explore_applied.append(hit)
-
-    def combine(
-        global_arrays: list[Any], updates: Sequence[Update], version: int, bases: dict[int, Any]
-    ) -> Combined:
-        settle(global_arrays)
-        lr = base_lr
-        if strategy.staleness_lr:
-            lr *= staleness_scale([max(0, version - u.base_version) for u in updates])
-        total = _OptimizedSum(global_arrays, lr, optimizer)
-        weights = []
-        for u in updates:
-            w = strategy.coefficient(u) * strategy.decay(u.delay)
-            base = bases.get(u.base_version, global_arrays)
-            delta = [edge_module._delta(a, b) for a, b in zip(u.arrays, base, strict=True)]
-            total.add((u.node_id, u.job_id), delta, w, checked=True)
-            weights.append(w)
-        pending["sum"] = total
-        return Combined(total.mean(), tuple(weights), total)
-
-    return combine
+    strategy.server_optimizer = strategy.server_opt.build()
+    strategy.server_lr = float(spec.get("lr", strategy.server_lr)) * float(
+        spec.get("lr_scale", 1.0)
+    )
 
 
 _ORIGINAL_START_JOB = jobs_module.start_job
@@ -675,7 +612,7 @@ def _change(s: Any, settings: SimSettings, variant: dict[str, Any]) -> None:
     if "ca2fl" in variant:
         s.combine = _ca2fl(s, settings.scenario.num_clients, str(variant["ca2fl"]))
     if "server_opt" in variant:
-        s.combine = _server_opt(s, dict(variant["server_opt"]))
+        _server_opt(s, dict(variant["server_opt"]))
     if "anneal" in variant:
         start, floor = variant["anneal"]
         s.combine = _annealed(s, settings.rounds, float(start), float(floor))
@@ -751,9 +688,9 @@ def main(argv: list[str] | None = None) -> int:
             if "prox" in variant:
                 extra["prox_misses"] = len(PROX_MISSES)
                 PROX_MISSES.clear()
-            applied = getattr(BUILT[-1], "explore_applied", None)
-            if applied is not None:  # optimizer steps taken (the last aggregation's is not)
-                extra["server_opt_steps"] = len(applied)
+            optimizer = getattr(BUILT[-1], "server_optimizer", None)
+            if optimizer is not None:  # optimizer steps taken, one per aggregation
+                extra["server_opt_steps"] = optimizer.steps
             dropped = getattr(BUILT[-1], "explore_dropped", None)
             if dropped:
                 extra["dropped"] = sum(dropped)
