@@ -76,7 +76,7 @@ __all__ = [
 Array = NDArray
 Float64s = list[npt.NDArray[np.float64]]
 
-OptimizerName = Literal["sgd", "momentum", "adam"]
+OptimizerName = Literal["sgd", "momentum", "adam", "sign"]
 OPTIMIZERS: tuple[str, ...] = get_args(OptimizerName)
 CacheDivisor = Literal["nodes", "seen"]
 CACHE_DIVISORS: tuple[str, ...] = get_args(CacheDivisor)
@@ -336,7 +336,7 @@ class ServerOptConfig:
 
     Parameters
     ----------
-    kind : {"sgd", "momentum", "adam"} (default: "adam")
+    kind : {"sgd", "momentum", "adam", "sign"} (default: "adam")
         As :class:`ServerOptimizer`'s.
     beta1 : float (default: 0.0)
         Momentum, in ``[0, 1)``; 0 with ``"adam"`` divides each step by the running RMS of
@@ -374,8 +374,10 @@ class ServerOptimizer:
 
     Parameters
     ----------
-    kind : {"sgd", "momentum", "adam"} (default: "sgd")
-        ``"sgd"``: the direction is the step; ``"momentum"``: FedAvgM, ``m <- beta1 m + s``;
+    kind : {"sgd", "momentum", "adam", "sign"} (default: "sgd")
+        ``"sgd"``: the direction is the step; ``"sign"``: its sign, coordinate by coordinate
+        (a server signSGD step of ``lr`` per coordinate; no state but the step count);
+        ``"momentum"``: FedAvgM, ``m <- beta1 m + s``;
         ``"adam"``: FedAdam, ``u = m / (sqrt(v) + tau)`` (no bias correction).
     beta1 : float (default: 0.9)
         Momentum, in ``[0, 1)``.
@@ -433,15 +435,16 @@ class ServerOptimizer:
     def peek(self, step: Sequence[Array]) -> Float64s:
         """Return the direction for ``step`` without changing the optimizer's state."""
         s = _f64(step)
-        if self.kind == "sgd":
-            return s
+        if self.kind in ("sgd", "sign"):
+            return s if self.kind == "sgd" else [np.sign(x) for x in s]
         return self._direction(*self._moments(s), self.steps + 1)
 
     def apply(self, step: Sequence[Array]) -> Float64s:
         """Return the direction for ``step`` and advance the state (one server step)."""
         s = _f64(step)
-        if self.kind == "sgd":
-            return s
+        if self.kind in ("sgd", "sign"):
+            self.steps += 1
+            return s if self.kind == "sgd" else [np.sign(x) for x in s]
         self.m, self.v = self._moments(s)
         self.steps += 1
         return self._direction(self.m, self.v, self.steps)

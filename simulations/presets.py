@@ -150,11 +150,16 @@ def _departure(name: str, value: Any, seed: Any) -> str:
             f"models over {value:g} pass(es) of the federation (seed: the global model)"
         )
     if name == "server_opt":
-        return (
-            f"server_opt={value.kind} (beta1 {value.beta1:g}, beta2 {value.beta2:g}, tau "
-            f"{value.tau:g}): each step is divided by the running RMS of the steps, FedAdam "
-            "(Reddi et al. 2021; seed: the plain average)"
-        )
+        what = {
+            "sign": "the global model moves by server_lr per coordinate, in the direction of "
+            "the sign of the mean delta (a server signSGD step)",
+            "sgd": "the plain step",
+            "momentum": f"FedAvgM, momentum {value.beta1:g}",
+            "adam": f"FedAdam (beta1 {value.beta1:g}, beta2 {value.beta2:g}, tau {value.tau:g}"
+            + (", bias-corrected" if value.bias_correction else "")
+            + ")",
+        }[value.kind]
+        return f"server_opt={value.kind}: {what} (seed: the plain average)"
     if name == "serve_better":
         return (
             "serve_better=True: the served model is the global model instead of the average "

@@ -230,6 +230,19 @@ def test_bias_corrected_adam_matches_brute_force_and_resumes() -> None:
     _close(last, want)
 
 
+def test_sign_is_the_sign_of_the_step_and_counts_steps() -> None:
+    rng = np.random.default_rng(9)
+    s = _model(rng)
+    s[0].flat[0] = 0.0  # sign(0) = 0: a coordinate that did not move stays
+    opt = ServerOptimizer("sign")
+    want = [np.sign(a) for a in s]
+    _close(opt.peek(s), want)
+    assert opt.steps == 0
+    _close(opt.apply(s), want)
+    assert opt.steps == 1
+    assert opt.state() == {"t": [np.array(1.0)]}
+
+
 def test_sgd_is_the_step_and_peek_keeps_the_state() -> None:
     rng = np.random.default_rng(7)
     s = _model(rng)
@@ -249,7 +262,7 @@ def test_sgd_is_the_step_and_peek_keeps_the_state() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"kind": "lamb"}, "kind must be one of sgd, momentum, adam, got 'lamb'"),
+        ({"kind": "lamb"}, "kind must be one of sgd, momentum, adam, sign, got 'lamb'"),
         ({"beta1": 1.0}, r"beta1 must be in \[0, 1\), got 1.0"),
         ({"beta2": -0.1}, r"beta2 must be in \[0, 1\), got -0.1"),
         ({"tau": 0.0}, "tau must be > 0, got 0.0"),
