@@ -44,11 +44,11 @@ PresetName = Literal["edge", "edge-seed"]
 PRESETS: Final[Mapping[str, Mapping[str, Any]]] = {
     "edge": {
         "aggregate": "deltas",
-        "server_lr": 1.0,
+        "server_lr": 0.03,
         "staleness_lr": True,
         "average_passes": 1.0,
         "serve_better": True,
-        "server_opt": None,
+        "server_opt": ServerOptConfig("sign"),
     },
     "edge-seed": {
         "aggregate": "models",
@@ -88,7 +88,8 @@ class _StepSum(WeightedSum):
     :meth:`update` returns the model that update i alone would give, so first-order values
     see the same geometry as with the seed's rule. ``u`` is the identity, or with an
     ``optimizer`` its direction for the float tensors' step (peeked: every candidate sees the
-    same optimizer state; integer tensors take the plain step); :meth:`commit` then applies
+    same optimizer state; integer tensors take the mean change itself, at lr 1);
+    :meth:`commit` then applies
     the step of the candidate that became the global model, once.
     """
 
@@ -116,13 +117,17 @@ class _StepSum(WeightedSum):
 
     def _finish(self, arrays: Sequence[NDArray]) -> list[NDArray]:
         steps = self._steps(arrays)
+        lrs = [self._lr] * len(steps)
         if self._optimizer is not None:
             pairs = zip(steps, self._floats, strict=True)
             moved = iter(self._optimizer.peek([s for s, f in pairs if f]))
             steps = [next(moved) if f else s for s, f in zip(steps, self._floats, strict=True)]
+            # counters and masks take the mean change itself: the optimizer's lr is a step
+            # per coordinate of the float tensors (0.03 x a counter's +4 would round to 0)
+            lrs = [self._lr if f else 1.0 for f in self._floats]
         return [
-            cast_like(x.astype(np.float64) + self._lr * step, x)
-            for step, x in zip(steps, self._global, strict=True)
+            cast_like(x.astype(np.float64) + lr * step, x)
+            for step, x, lr in zip(steps, self._global, lrs, strict=True)
         ]
 
     def commit(self, key: Hashable | None) -> None:
@@ -268,10 +273,12 @@ class EdgeStrategy(SemiAsyncStrategy):
     ) -> EdgeStrategy:
         """Return the ``"edge"`` (the project's best) or ``"edge-seed"`` (the seeds) strategy.
 
-        ``"edge"``: deltas from each update's base model with server lr 1.0 scaled by the
-        buffer's mean ``1/sqrt(1 + tau)`` (``staleness_lr``), shares capped at 2.5 epochs of
-        each node's own data, the served model averaged over one pass (``average_passes``)
-        or the global model when it scores better (``serve_better``);
+        ``"edge"``: deltas from each update's base model; the global model moves by the sign
+        of their weighted mean (``server_opt=ServerOptConfig("sign")``), 0.03 per coordinate
+        scaled by the buffer's mean ``1/sqrt(1 + tau)`` (``server_lr``, ``staleness_lr``),
+        shares capped at 2.5 epochs of each node's own data, the served model averaged over
+        one pass (``average_passes``) or the global model when it scores better
+        (``serve_better``);
         every seed mechanism stays on (match-ratio shares and rebalancing, threshold K,
         decayed weights, leave-one-out values sent back, the abandon rule, the convergence
         stop). ``"edge-seed"``: the seeds' rule exactly, model

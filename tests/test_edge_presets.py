@@ -10,14 +10,15 @@ from flwr.clientapp import ClientApp
 from flower_edge.errors import ConfigError
 from simulations.presets import SEED_OPTIONS
 from simulations.scenarios import SCENARIOS
-from strategies import EdgeStrategy, InProcessGrid
+from strategies import EdgeStrategy, InProcessGrid, ServerOptConfig
 from strategies.config import ShareConfig
 from strategies.edge import PRESETS
 
 
 def test_edge_preset_is_the_projects_best_rule() -> None:
     s = EdgeStrategy.preset("edge", threshold=3)
-    assert (s.aggregate, s.server_lr, s.staleness_lr) == ("deltas", 1.0, True)
+    assert (s.aggregate, s.server_lr, s.staleness_lr) == ("deltas", 0.03, True)
+    assert s.server_opt == ServerOptConfig("sign")
     assert s.shares.max_epochs == 2.5
     assert s.shares.max_share_fraction == ShareConfig().max_share_fraction
     assert s.stop.patience is not None  # the convergence stop stays on

@@ -57,7 +57,7 @@ def test_every_candidate_is_the_rule_on_its_buffer_and_commit_steps_once() -> No
         count = sum(weights[k] * deltas[k][1] for k in keep) / sum(ws)
         u, v_new = _adam_direction(step, v0, 0.9, 1e-3)
         new_w = (x[0].astype(np.float64) + 0.1 * u).astype(np.float32)
-        new_c = np.rint(x[1] + 0.1 * count).astype(np.int64)  # integers: the plain step
+        new_c = np.rint(x[1] + count).astype(np.int64)  # integers: the mean change, lr 1
         return [new_w, new_c], v_new
 
     full, v_full = brute([0, 1, 2])

@@ -10,6 +10,7 @@ metrics go into ``Result.evaluate_metrics_serverapp[r]`` and, after the last rou
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 import numpy as np
@@ -19,6 +20,7 @@ from flwr.app import ArrayRecord, MetricRecord
 from flwr.serverapp.strategy import Result
 
 from strategies import EdgeStrategy, InProcessGrid, ShareConfig, StopConfig, ValuationConfig
+from strategies.edge import PRESET_SHARES, PRESETS
 
 SHARES = ShareConfig(profile=False, total_samples=400, rebalance="off")
 
@@ -87,14 +89,20 @@ def test_the_dropin_edge_strategy_ends_each_round_on_the_global_model(
     assert all(len(set(h.values)) > 1 for h in strategy.history)  # valued, not equal
 
 
-@pytest.mark.parametrize("drop_worst", [True, False])
-def test_the_edge_preset_ends_each_round_on_the_served_model(drop_worst: bool) -> None:
+@pytest.mark.parametrize(("drop_worst", "sign_step"), [(True, True), (False, True), (True, False)])
+def test_the_edge_preset_ends_each_round_on_the_served_model(
+    drop_worst: bool, sign_step: bool
+) -> None:
+    """The preset, and the preset with the plain step (``sign_step=False``): on this toy
+    every update points the same way, so the sign step's leave-one-out models equal the
+    global model and ``drop_worst`` never drops; the plain step exercises the drop."""
     recorder = Recorder(3.5)  # the toy's models pass near it: both models get served
-    strategy = EdgeStrategy.preset(
-        "edge",
+    plain = {} if sign_step else {"server_opt": None, "server_lr": 1.0}
+    strategy = EdgeStrategy(
         threshold=1,
+        **{**PRESETS["edge"], **plain},
         clock=virtual(),
-        shares=SHARES,
+        shares=dataclasses.replace(SHARES, **PRESET_SHARES["edge"]),
         stop=StopConfig(),
         valuation=ValuationConfig(drop_worst=drop_worst),
     )
@@ -105,7 +113,7 @@ def test_the_edge_preset_ends_each_round_on_the_served_model(drop_worst: bool) -
     served_global = [int(str(metrics[r]["served-global"])) for r in range(1, 9)]
     assert 0 in served_global  # both choices are exercised
     assert 1 in served_global
-    if drop_worst:
+    if drop_worst and not sign_step:
         assert any(int(str(metrics[r]["dropped-updates"])) for r in range(1, 9))
     # K + 1 = 2 leave-one-out models, the global model, the average, and the global model
     # once more where it is served
