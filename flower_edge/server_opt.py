@@ -432,11 +432,15 @@ class ServerOptimizer:
             cm, cv = 1.0 - self.beta1**t, 1.0 - self.beta2**t
         return [(mi / cm) / (np.sqrt(vi / cv) + self.tau) for mi, vi in zip(m, v, strict=True)]
 
+    def _stateless(self, s: Float64s) -> Float64s:
+        """Return the direction of ``"sgd"`` (the step) or ``"sign"`` (its sign): no moments."""
+        return s if self.kind == "sgd" else [np.sign(x) for x in s]
+
     def peek(self, step: Sequence[Array]) -> Float64s:
         """Return the direction for ``step`` without changing the optimizer's state."""
         s = _f64(step)
         if self.kind in ("sgd", "sign"):
-            return s if self.kind == "sgd" else [np.sign(x) for x in s]
+            return self._stateless(s)
         return self._direction(*self._moments(s), self.steps + 1)
 
     def apply(self, step: Sequence[Array]) -> Float64s:
@@ -444,7 +448,7 @@ class ServerOptimizer:
         s = _f64(step)
         if self.kind in ("sgd", "sign"):
             self.steps += 1
-            return s if self.kind == "sgd" else [np.sign(x) for x in s]
+            return self._stateless(s)
         self.m, self.v = self._moments(s)
         self.steps += 1
         return self._direction(self.m, self.v, self.steps)

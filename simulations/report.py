@@ -294,6 +294,13 @@ def _fmt(value: float | None, spec: str) -> str:
     return format(value, spec)
 
 
+def _short(value: float | None, decimals: int) -> str:
+    """Format ``value`` with ``decimals`` decimals, two significant digits below 0.1."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"{value:.2g}" if 0.0 < abs(value) < 0.1 else f"{value:.{decimals}f}"
+
+
 def seconds_text(value: float | None) -> str:
     """Format virtual seconds for the table, the plots and the progress bar.
 
@@ -302,16 +309,7 @@ def seconds_text(value: float | None) -> str:
     accuracy chart's legend ``target at 0 s`` (whose whole seconds also read 0.92 s, 1.10 s
     and 1.31 s all as ``1 s``; found by a new-user probe). ``-`` for none.
     """
-    if value is None or not math.isfinite(value):
-        return "-"
-    return f"{value:.2g}" if 0.0 < abs(value) < 0.1 else f"{value:.1f}"
-
-
-def _ratio(value: float | None) -> str:
-    """Format a ratio to FedAvg's time: two decimals, two significant digits below 0.1."""
-    if value is None or not math.isfinite(value):
-        return "-"
-    return f"{value:.2g}" if 0.0 < value < 0.1 else f"{value:.2f}"
+    return _short(value, 1)
 
 
 def accuracy_text(value: float) -> str:
@@ -342,7 +340,7 @@ def summary_table(results: Sequence[RunResult]) -> str:
         ratio = ttt / ref if ttt is not None and ref else None
         lines.append(
             f"{r.strategy:<9} {r.seed:>{sw}} {r.rounds:>6} {accuracy_text(r.final_accuracy):>9} "
-            f"{seconds_text(ttt):>10} {_ratio(ratio):>9} "
+            f"{seconds_text(ttt):>10} {_short(ratio, 2):>9} "
             f"{seconds_text(r.virtual_seconds):>10} {r.abandoned_jobs:>9} "
             f"{_fmt(r.wasted_compute_fraction, '.1%'):>7} {_fmt(r.wall_seconds, '.1f'):>7}"
         )
