@@ -153,6 +153,54 @@ def cpu_dry_run(start: int = 64) -> int:
     return 0
 
 
+def sweep(seconds: float, device_index: int, handle: object) -> list[dict[str, Any]]:
+    """Run each gpu workload for ``seconds`` at every batch of its full ladder; print rate and U.
+
+    A diagnostic beside the checks: where the sizing stops short of a loaded card, this shows
+    which batch (and how long a window) would have loaded it.
+    """
+    from flower_edge.profiling.window import NvmlWindow
+    from flower_edge.profiling.workloads import ConvWorkload, DenseWorkload
+
+    rows: list[dict[str, Any]] = []
+    device = f"cuda:{device_index}"
+    for make, start, top in ((DenseWorkload, 256, 1 << 18), (ConvWorkload, 128, 1 << 16)):
+        workload = make(device, start)
+        workload.prepare(start)
+        workload.run(start)
+        batch = start
+        try:
+            while batch <= top:
+                try:
+                    workload.resize(batch)
+                    workload.run(batch)
+                except MemoryError as exc:
+                    print(f"  sweep {workload.name} batch {batch}: {exc}")
+                    break
+                window = NvmlWindow(handle)
+                window.begin()
+                began = time.perf_counter()
+                done = workload.run(batch * (1 << 20), began + seconds)
+                wall = time.perf_counter() - began
+                util = window.end()
+                row = {
+                    "workload": workload.name,
+                    "batch": batch,
+                    "rate": done / wall,
+                    "utilization": util,
+                    "source": window.last_source,
+                }
+                rows.append(row)
+                print(
+                    f"  sweep {workload.name} batch {batch:>7}: {done / wall:.4g} samples/s, "
+                    f"U {util if util is None else round(util, 3)} ({window.last_source})"
+                )
+                batch *= 4
+        finally:
+            workload.close()
+    return rows
+
+
 def main() -> int:
     """Run the checks; return the exit code."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
@@ -160,6 +208,12 @@ def main() -> int:
     parser.add_argument("--disk-dir", default=None, help="folder for the disk workloads")
     parser.add_argument(
         "--device", choices=("gpu", "cpu"), default="gpu", help="cpu: dry run of the sizing"
+    )
+    parser.add_argument(
+        "--sweep",
+        type=float,
+        default=0.0,
+        help="also run each gpu workload this many seconds at every batch of its ladder",
     )
     args = parser.parse_args()
     if args.device == "cpu":
@@ -183,18 +237,23 @@ def main() -> int:
             )
     print("\n".join(nvml_facts()))
     info = detect_gpu()
-    nvml_shutdown()
     if not info.available:
+        nvml_shutdown()
         print(f"no GPU: {info.reason}")
         return 2
     print(f"detect_gpu: {info.name}, device {info.device_index}")
-    records, missed = [], []
+    swept = sweep(args.sweep, info.device_index, info.handle) if args.sweep > 0 else []
+    nvml_shutdown()
+    records: list[dict[str, Any]] = []
+    missed: list[str] = []
     for mode in ("quick", "full"):
         record, misses = check_mode(mode, args.disk_dir)
         records.append(record)
         missed += misses
     if args.json:
-        Path(args.json).write_text(json.dumps({"records": records, "missed": missed}, indent=2))
+        Path(args.json).write_text(
+            json.dumps({"records": records, "sweep": swept, "missed": missed}, indent=2)
+        )
     for line in missed:
         print(f"MISSED {line}")
     print("PASS: every target met" if not missed else f"FAIL: {len(missed)} target(s) missed")
