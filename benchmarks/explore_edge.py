@@ -92,6 +92,12 @@ strategy. A variant is ``label:JSON`` with any of these keys:
 ``strategy``, ``fedbuff_lr``
     Run another strategy of the scenario (e.g. ``"fedbuff"``) with these settings;
     ``threshold`` and ``k_schedule`` apply to FedBuff too (its rule: a buffer of K).
+``fedbuff_sign``
+    ``lr`` (issue 10, session 18): FedBuff given the edge preset's server sign step, to
+    tell what the step adds from what the rest of the method adds. FedBuff's own step
+    ``s = (1/K) sum_i s(tau_i) delta_i`` is kept and the new global is
+    ``x + lr * mean_i s(tau_i) * sign(s)`` on float tensors (the preset's staleness scaling;
+    integer tensors take ``s`` itself, as under the library's server optimizers).
 ``k_schedule``
     An adaptive K (issue 10, session 3): ``{"k0": 2, "step": 10}`` gives
     ``K_t = min(K, k0 + floor(t / step))`` at global version ``t`` (by version);
@@ -127,7 +133,9 @@ import numpy as np
 import clients.jobs as jobs_module
 import strategies.edge as edge_module
 import strategies.loop as loop_module
+from flower_edge.arrays import cast_like
 from flower_edge.server_opt import ServerOptConfig, staleness_scale
+from flower_edge.staleness import fedbuff_weight
 from simulations.app import SimSettings
 from simulations.runner import run_experiment
 from strategies.baselines import FedBuff
@@ -641,10 +649,7 @@ def install(variant: dict[str, Any]) -> None:
             s.shares = _shares(s, settings, variant)
             _change(s, settings, variant)
         elif settings.strategy == "fedbuff":
-            if "fedbuff_lr" in variant:
-                s.server_lr = float(variant["fedbuff_lr"])
-            if "threshold" in variant:
-                s.threshold = int(variant["threshold"])
+            _change_fedbuff(s, variant)
         if "k_schedule" in variant:
             _adaptive_k(s, settings, variant["k_schedule"])
         if "line_search" in variant:
@@ -654,6 +659,41 @@ def install(variant: dict[str, Any]) -> None:
         return s
 
     module.build_strategy = build
+
+
+def _change_fedbuff(strategy: Any, variant: dict[str, Any]) -> None:
+    """Apply the variant's FedBuff settings (``fedbuff_lr``, ``threshold``, ``fedbuff_sign``)."""
+    if "fedbuff_lr" in variant:
+        strategy.server_lr = float(variant["fedbuff_lr"])
+    if "threshold" in variant:
+        strategy.threshold = int(variant["threshold"])
+    if "fedbuff_sign" in variant:
+        _fedbuff_sign(strategy, float(variant["fedbuff_sign"]))
+
+
+def _fedbuff_sign(strategy: Any, lr: float) -> None:
+    """Give a FedBuff strategy the edge preset's sign step (variant ``fedbuff_sign``)."""
+
+    def combine(
+        global_arrays: list[Any], updates: Sequence[Update], version: int, bases: dict[int, Any]
+    ) -> Combined:
+        weights = tuple(fedbuff_weight(version - u.base_version) for u in updates)
+        scaled = lr * staleness_scale([max(0, version - u.base_version) for u in updates])
+        out = []
+        for i, ref in enumerate(global_arrays):
+            step = np.zeros(ref.shape, dtype=np.float64)
+            for update, weight in zip(updates, weights, strict=True):
+                base = bases[update.base_version][i]
+                step += weight * (update.arrays[i].astype(np.float64) - base.astype(np.float64))
+            step /= len(updates)
+            if np.issubdtype(ref.dtype, np.floating):
+                new = ref.astype(np.float64) + scaled * np.sign(step)
+            else:
+                new = ref.astype(np.float64) + step
+            out.append(cast_like(new, ref))
+        return Combined(out, weights)
+
+    strategy.combine = combine
 
 
 def main(argv: list[str] | None = None) -> int:
