@@ -310,12 +310,19 @@ def current_job(
 def slice_limits(
     req: TrainRequest, timer: DeviceTimer | None, credit: int
 ) -> tuple[int | None, float | None]:
-    """Return ``(grant, deadline)`` of a slice: virtual samples, or a wall-clock deadline."""
+    """Return ``(grant, deadline)`` of a slice: virtual samples, or a wall-clock deadline.
+
+    A virtual slice grants at least one sample beyond the carried ``credit``: a device
+    offline for the whole budget, or one slower than a sample per budget, would otherwise
+    charge no work, report a slice of 0 virtual seconds (which the server rejects) and never
+    progress. The one sample is charged (the reply comes once the device is back and has
+    trained it) and carried as credit until a batch fits.
+    """
     if req.slice_budget <= 0:
         return None, None
     if timer is not None:
         granted = int(timer.samples_within(float(req.send_time or 0.0), req.slice_budget))
-        return max(0, granted) + credit, None
+        return max(1, granted) + credit, None
     return None, time.perf_counter() + req.slice_budget
 
 

@@ -468,3 +468,32 @@ def test_a_model_with_lazy_parameters_trains_and_evaluates() -> None:
     )
     assert bad.has_error()
     assert "features of shape [16, 8]" in bad.error.reason
+
+
+def test_a_slice_that_fits_no_sample_still_charges_one_and_progresses() -> None:
+    """A device offline for the whole slice (or slower than a sample per budget) makes
+    progress: each slice charges one sample, reports virtual-seconds > 0 and carries it as
+    credit until a batch of 16 fits (before: a 0-second report the server rejected, forever)."""
+    torch.set_num_threads(1)
+    task = _task()
+    timer = FixedRateTimer(rate=0.1)  # 0.1 samples per virtual second: 0 in a 4 s budget
+    app = build_client_app(task, timer_fn=lambda ctx: timer)
+    ctx = node_context(NODE)
+    cfg = {
+        wire.JOB_ID: 5,
+        wire.GLOBAL_VERSION: 0,
+        wire.SAMPLE_SHARE: 20,
+        wire.SEND_TIME: 0.0,
+        wire.SLICE_BUDGET: 4.0,
+    }
+    later = {k: v for k, v in cfg.items() if k != wire.SAMPLE_SHARE}
+    replies = [app(_train_msg(cfg, _global()), ctx)]
+    replies += [app(_train_msg(later, None), ctx) for _ in range(16)]
+    metrics = [_metrics(r) for r in replies]
+    # one sample at 0.1 samples/s each time (the first slice also downloads the model)
+    assert all(m[wire.VIRTUAL_SECONDS] == pytest.approx(10.0, abs=0.01) for m in metrics)
+    processed = [m[wire.SAMPLES_PROCESSED] for m in metrics]
+    assert processed[:15] == [0] * 15  # credit 1, 2, ..., 15: no batch of 16 yet
+    assert processed[15] == 16  # the 16th slice's grant (15 credit + 1) holds a batch
+    assert processed[16] == 16  # credit 1 again: the tail of 4 does not fit yet
+    assert [m[wire.DONE] for m in metrics] == [0] * 17
