@@ -11,9 +11,9 @@ import math
 from types import SimpleNamespace
 
 import numpy as np
+from conftest import load_benchmark
 
 from strategies.records import Update
-from tests.conftest import load_benchmark
 
 
 def _update(node: int, base: int, arrays: list[np.ndarray]) -> Update:
