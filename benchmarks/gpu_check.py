@@ -11,7 +11,11 @@ Targets (issue 12):
 
 Usage, from the repository root (needs torch with CUDA, psutil and nvidia-ml-py; not flwr)::
 
-    PYTHONPATH=. python3 benchmarks/gpu_check.py [--json PATH] [--disk-dir PATH]
+    PYTHONPATH=. python3 benchmarks/gpu_check.py [--json PATH] [--disk-dir PATH] [--sweep SECONDS]
+
+``--sweep SECONDS`` first runs each gpu workload for that long at every batch of its full
+ladder (dense 256 to 262144, conv 128 to 65536) and prints samples/s and NVML's utilisation
+per batch: a diagnostic, not a check.
 
 Exit codes: 0 every target met; 1 a target missed or the GPU not rated; 2 no GPU (nothing
 checked: prints ``no GPU: <reason>``).
