@@ -135,10 +135,9 @@ import strategies.edge as edge_module
 import strategies.loop as loop_module
 from flower_edge.arrays import cast_like
 from flower_edge.server_opt import ServerOptConfig, staleness_scale
-from flower_edge.staleness import fedbuff_weight
 from simulations.app import SimSettings
 from simulations.runner import run_experiment
-from strategies.baselines import FedBuff
+from strategies.baselines import FedBuff, fedbuff_weighted_sum
 from strategies.config import StopConfig
 from strategies.records import Combined, Update
 
@@ -677,20 +676,17 @@ def _fedbuff_sign(strategy: Any, lr: float) -> None:
     def combine(
         global_arrays: list[Any], updates: Sequence[Update], version: int, bases: dict[int, Any]
     ) -> Combined:
-        weights = tuple(fedbuff_weight(version - u.base_version) for u in updates)
+        sums, weights = fedbuff_weighted_sum(global_arrays, updates, version, bases)
+        steps = [total / len(updates) for total in sums]
         scaled = lr * staleness_scale([max(0, version - u.base_version) for u in updates])
-        out = []
-        for i, ref in enumerate(global_arrays):
-            step = np.zeros(ref.shape, dtype=np.float64)
-            for update, weight in zip(updates, weights, strict=True):
-                base = bases[update.base_version][i]
-                step += weight * (update.arrays[i].astype(np.float64) - base.astype(np.float64))
-            step /= len(updates)
-            if np.issubdtype(ref.dtype, np.floating):
-                new = ref.astype(np.float64) + scaled * np.sign(step)
-            else:
-                new = ref.astype(np.float64) + step
-            out.append(cast_like(new, ref))
+        out = [
+            cast_like(
+                ref.astype(np.float64)
+                + (scaled * np.sign(step) if np.issubdtype(ref.dtype, np.floating) else step),
+                ref,
+            )
+            for ref, step in zip(global_arrays, steps, strict=True)
+        ]
         return Combined(out, weights)
 
     strategy.combine = combine

@@ -25,7 +25,7 @@ from strategies.base import SemiAsyncStrategy, StrategyOptions
 from strategies.config import LoopConfig, ShareConfig, ValuationConfig
 from strategies.records import Combined, Update
 
-__all__ = ["BASELINE_LOOP", "FedAsync", "FedBuff"]
+__all__ = ["BASELINE_LOOP", "FedAsync", "FedBuff", "fedbuff_weighted_sum"]
 
 
 #: the baselines' loop when none is given: whole jobs, no slices (their clients never abandon,
@@ -110,16 +110,33 @@ class FedBuff(_WithoutValues):
         bases: dict[int, list[NDArray]],
     ) -> Combined:
         """Apply the mean of the staleness-weighted deltas."""
-        weights = tuple(fedbuff_weight(version - u.base_version) for u in updates)
-        out = []
-        for i, ref in enumerate(global_arrays):
-            step = np.zeros(ref.shape, dtype=np.float64)
-            for update, weight in zip(updates, weights, strict=True):
-                base = bases[update.base_version][i]
-                step += weight * (update.arrays[i].astype(np.float64) - base.astype(np.float64))
-            new = ref.astype(np.float64) + self.server_lr * step / len(updates)
-            out.append(cast_like(new, ref))
+        sums, weights = fedbuff_weighted_sum(global_arrays, updates, version, bases)
+        out = [
+            cast_like(ref.astype(np.float64) + self.server_lr * total / len(updates), ref)
+            for ref, total in zip(global_arrays, sums, strict=True)
+        ]
         return Combined(out, weights)
+
+
+def fedbuff_weighted_sum(
+    global_arrays: Sequence[NDArray],
+    updates: Sequence[Update],
+    version: int,
+    bases: dict[int, list[NDArray]],
+) -> tuple[list[NDArray], tuple[float, ...]]:
+    """Return ``sum_i s(tau_i) (x_i - x_base_i)`` (float64, one array per tensor) and the ``s``.
+
+    FedBuff's step is this sum over ``K = len(updates)``; ``tau_i = version - base_version_i``.
+    """
+    weights = tuple(fedbuff_weight(version - u.base_version) for u in updates)
+    steps = []
+    for i, ref in enumerate(global_arrays):
+        step = np.zeros(ref.shape, dtype=np.float64)
+        for update, weight in zip(updates, weights, strict=True):
+            base = bases[update.base_version][i]
+            step += weight * (update.arrays[i].astype(np.float64) - base.astype(np.float64))
+        steps.append(step)
+    return steps, weights
 
 
 class FedAsync(_WithoutValues):
