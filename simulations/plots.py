@@ -299,7 +299,8 @@ def plot_radar(
         ax.set_xlim(min(float(ex.min()), -pad), max(float(ex.max()), pad))
         ax.set_ylim(min(float(ey.min()), -pad), max(float(ey.max()), pad))
     ax.set_title(
-        f"Distorted radar, {n} nodes  (p_c={chart.compute_share:.2f}, p_m={chart.memory_share:.2f})"
+        f"Distorted radar, {n} node{'' if n == 1 else 's'}  "
+        f"(p_c={chart.compute_share:.2f}, p_m={chart.memory_share:.2f})"
     )
     try:
         fig.savefig(out, format="png", bbox_inches="tight")

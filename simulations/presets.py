@@ -205,8 +205,9 @@ def departures(settings: SimSettings) -> list[str]:
                 "loss says it hurts (seed: every update aggregated)"
             )
     if settings.shares != "uniform" and settings.scenario.edge_max_epochs is not None:
+        epochs = settings.scenario.edge_max_epochs
         out.append(
-            f"shares capped at {settings.scenario.edge_max_epochs:g} epochs of each node's "
+            f"shares capped at {epochs:g} epoch{'' if epochs == 1 else 's'} of each node's "
             "own data (seed: uncapped)"
         )
     return out

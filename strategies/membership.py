@@ -209,11 +209,12 @@ class Membership:
             self.clock.sleep(min(self.loop.poll_interval, deadline - now))
         if len(ids) < need:
             raise ConfigError(
-                f"only {len(ids)} nodes registered within {self.loop.registration_timeout} s;"
+                f"only {len(ids)} node{'' if len(ids) == 1 else 's'} registered within "
+                f"{self.loop.registration_timeout} s;"
                 f" need at least {need} (min_nodes; default: the fewest that can trigger an "
                 f"aggregation){hint}"
             )
-        log(INFO, "%s: %d nodes registered", self.name, len(ids))
+        log(INFO, "%s: %d node%s registered", self.name, len(ids), "" if len(ids) == 1 else "s")
         return ids
 
     def admit(self, ids: list[int]) -> None:

@@ -290,3 +290,9 @@ def test_the_simulated_presets_name_themselves_in_the_log() -> None:
     for name in ("edge", "edge-seed"):
         settings = SimSettings.create("digits-20", name, rounds=2)
         assert build_strategy(settings, VirtualClock()).name == name  # type: ignore[attr-defined]
+
+
+def test_a_cap_of_one_epoch_reads_one_epoch() -> None:
+    s = SimSettings.create("digits-20", "edge")
+    one = replace(s, scenario=replace(s.scenario, edge_max_epochs=1.0))
+    assert "shares capped at 1 epoch of each node's own data (seed: uncapped)" in departures(one)

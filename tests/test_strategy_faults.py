@@ -671,3 +671,10 @@ def test_a_raising_node_does_not_make_the_others_wait_for_their_deadlines() -> N
     assert [len(record.participants) for record in strategy.history] == [3, 3, 3]
     # each aggregation follows its replies (1 s each) without waiting for a deadline
     assert all(later - earlier < 5.0 for earlier, later in zip(times, times[1:], strict=False))
+
+
+def test_one_registered_node_is_one_node_in_the_message() -> None:
+    grid = InProcessGrid(ToyEdge(), 1)
+    strategy = EdgeStrategy(threshold=1, clock=VirtualClock(wall=ManualClock()))
+    with pytest.raises(ConfigError, match="only 1 node registered within 120.0 s; need at least 2"):
+        strategy.start(grid, model(0.0), num_rounds=1)
