@@ -566,7 +566,15 @@ def split_within(
                 total,
             )
         else:
-            log(WARNING, "%s caps the shares at %d of %d samples per round", where, held, total)
+            log(
+                WARNING,
+                "%s caps the shares at %d of %d samples per round: every node is held at its "
+                "cap, so the match ratios and rebalancing have no effect (raise the cap above "
+                "the samples per round to keep them)",
+                where,
+                held,
+                total,
+            )
         return tuple(int(c) for c in caps if c is not None)
     return initial_shares(total, ratios, caps)
 

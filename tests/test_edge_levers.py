@@ -79,11 +79,15 @@ def test_a_synchronous_run_does_not_load_a_slow_node_beyond_its_share(
         assert slow > 10 * fair
 
 
-def test_max_epochs_too_small_puts_every_node_at_its_cap() -> None:
+def test_max_epochs_too_small_puts_every_node_at_its_cap(caplog: pytest.LogCaptureFixture) -> None:
     planner = _planner(total_samples=100, max_share_fraction=1.0, max_epochs=1.0)
     nodes = {i: Node(i) for i in (1, 2)}
-    planner.assign_initial([1, 2], _profiles([1.0, 2.0], [10, 20]), nodes)
+    with caplog.at_level("WARNING", logger="flwr"):
+        planner.assign_initial([1, 2], _profiles([1.0, 2.0], [10, 20]), nodes)
     assert [nodes[1].share, nodes[2].share] == [10, 20]
+    # the user learns that the seed's shares are switched off, and how to keep them
+    assert "caps the shares at 30 of 100 samples per round" in caplog.text
+    assert "the match ratios and rebalancing have no effect" in caplog.text
 
 
 def test_max_epochs_is_checked() -> None:
