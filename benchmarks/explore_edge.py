@@ -14,6 +14,10 @@ strategy. A variant is ``label:JSON`` with any of these keys:
     samples per round as a fraction of the scenario's, and any other ``ShareConfig`` field.
 ``slice_budget``, ``theta``
     Slice length (virtual seconds; 0 = whole jobs) and a fixed abandon threshold.
+``decay_a``, ``abandon_quantile``
+    The exponent ``a`` of the preset's polynomial decay ``(1 + dt)^-a`` (0.5), and the
+    quantile of the live scores that the derived abandon threshold takes (0.5; higher: fewer
+    nodes abandon) (issue 10, nineteenth session).
 ``nostop``
     No plateau stop (the round budget only). A run without the stop has the same history
     as with it up to the aggregation where the stop would have ended it, so a stop rule can
@@ -135,6 +139,7 @@ import strategies.edge as edge_module
 import strategies.loop as loop_module
 from flower_edge.arrays import cast_like
 from flower_edge.server_opt import ServerOptConfig, staleness_scale
+from flower_edge.staleness import make_decay
 from simulations.app import SimSettings
 from simulations.runner import run_experiment
 from strategies.baselines import FedBuff, fedbuff_weighted_sum
@@ -600,6 +605,16 @@ def _shares(s: Any, settings: SimSettings, variant: dict[str, Any]) -> Any:
     return shares
 
 
+def _rules(s: Any, variant: dict[str, Any]) -> None:
+    """Apply the variant's slice length, decay exponent and abandon quantile."""
+    if "slice_budget" in variant:
+        s.loop = dataclasses.replace(s.loop, slice_budget=variant["slice_budget"])
+    if "decay_a" in variant:
+        s.decay = make_decay("polynomial", a=float(variant["decay_a"]))
+    if "abandon_quantile" in variant:
+        s.abandon = dataclasses.replace(s.abandon, quantile=float(variant["abandon_quantile"]))
+
+
 def _change(s: Any, settings: SimSettings, variant: dict[str, Any]) -> None:
     """Apply the variant's loop, stop and aggregation settings to the built edge strategy."""
     if variant.get("nostop"):
@@ -607,8 +622,7 @@ def _change(s: Any, settings: SimSettings, variant: dict[str, Any]) -> None:
     for key in ("server_lr", "threshold", "staleness_lr", "average_passes", "serve_better"):
         if key in variant:
             setattr(s, key, variant[key])
-    if "slice_budget" in variant:
-        s.loop = dataclasses.replace(s.loop, slice_budget=variant["slice_budget"])
+    _rules(s, variant)
     if variant.get("nova") or variant.get("wdata"):
         s.combine = _data_weighted(s, normalise=bool(variant.get("nova")))
     if variant.get("tau_decay"):
