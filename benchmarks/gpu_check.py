@@ -29,6 +29,7 @@ hardware where no GPU is lent. It checks nothing and exits 0.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -70,10 +71,21 @@ def check_mode(mode: str, disk_dir: str | None) -> tuple[dict[str, Any], list[st
     """Profile in ``mode``; return the record and the targets it missed."""
     from flower_edge.profiling import HostProbe
 
-    probe = HostProbe(disk_dir)
     start = time.perf_counter()
+    steps: list[tuple[str, float]] = []
+
+    def progress(label: str, _fraction: float) -> None:
+        steps.append((label, time.perf_counter() - start))
+
+    probe = HostProbe(disk_dir, progress=progress)
     report = probe.profile(mode)  # type: ignore[arg-type]
     wall = time.perf_counter() - start
+    # where the wall time went: each step from its start to the next one's
+    marks = [("set-up and GPU detection", 0.0), *steps, ("end", wall)]
+    print(
+        f"  {mode} steps: "
+        + ", ".join(f"{a} {t1 - t0:.2f} s" for (a, t0), (_, t1) in itertools.pairwise(marks))
+    )
     gpu, cpu = report.resources["gpu"], report.resources["cpu"]
     ratio = gpu.evaluation / cpu.evaluation if cpu.evaluation > 0 else float("inf")
     print(f"--- {mode}: profile {report.elapsed_seconds:.2f} s (call {wall:.2f} s)")
@@ -109,6 +121,7 @@ def check_mode(mode: str, disk_dir: str | None) -> tuple[dict[str, Any], list[st
     record = {
         "mode": mode,
         "call_seconds": wall,
+        "steps": steps,
         "ratio": ratio,
         "report": report.to_dict(),
         "sizing": {name: outcome.to_dict() for name, outcome in probe.sizing.items()},

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +24,7 @@ from flower_edge.profiling.sampler import (
 from flower_edge.profiling.workloads import (
     DISK_SAMPLE_BYTES,
     MEMORY_SAMPLE_BYTES,
+    SGD_LR,
     ConvWorkload,
     DenseWorkload,
     GatherWorkload,
@@ -525,3 +528,43 @@ def test_a_batch_projected_past_half_the_device_memory_is_refused(
     dense.resize(500)
     assert made == [500]
     assert dense.batch == 500
+
+
+@pytest.mark.parametrize("cls", [DenseWorkload, ConvWorkload])
+def test_the_training_step_is_torch_optim_sgd(cls: type[DenseWorkload]) -> None:
+    """The written-out step gives the parameters ``torch.optim.SGD(lr=SGD_LR)`` gives."""
+    workload = cls("cpu", batch=8)
+    workload.prepare(8)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        reference, _ = workload._build()  # the same initial weights as the workload's model
+    assert workload._x is not None
+    assert workload._y is not None
+    x, y = workload._x.clone(), workload._y.clone()
+    workload.run(24)  # three steps of the batch of 8
+    opt = torch.optim.SGD(reference.parameters(), lr=SGD_LR)
+    for _ in range(3):
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(reference(x), y).backward()  # type: ignore[no-untyped-call]
+        opt.step()
+    assert workload._model is not None
+    for got, want in zip(workload._model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+    workload.close()
+
+
+def test_a_training_workload_does_not_import_torch_dynamo() -> None:
+    """torch.optim's first use imports torch._dynamo (seconds): the quick profile avoids it."""
+    code = (
+        "import sys\n"
+        "from flower_edge.profiling.workloads import DenseWorkload\n"
+        "w = DenseWorkload('cpu', batch=4)\n"
+        "w.prepare(8)\n"
+        "w.run(8)\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root
+    )
+    assert out.stdout.strip() == "False"

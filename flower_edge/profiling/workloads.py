@@ -61,6 +61,8 @@ __all__ = [
     "peak_copy_bandwidth",
 ]
 
+#: learning rate of the training workloads' SGD step
+SGD_LR: Final = 1e-3
 #: shape of one synthetic image sample (channels, height, width)
 IMAGE_SHAPE: Final = (3, 32, 32)
 #: bytes of one float32 sample in the memory workloads
@@ -179,7 +181,7 @@ class _TrainWorkload(ABC):
         self.batch = batch
         self.precision = precision
         self._model: torch.nn.Module | None = None
-        self._opt: torch.optim.Optimizer | None = None
+        self._params: list[torch.Tensor] = []
         self._shape: tuple[int, ...] = ()
         self._x: torch.Tensor | None = None
         self._y: torch.Tensor | None = None
@@ -203,7 +205,7 @@ class _TrainWorkload(ABC):
         if device.type == "cuda" and len(self._shape) == 3:
             model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         self._model = model
-        self._opt = torch.optim.SGD(self._model.parameters(), lr=1e-3)
+        self._params = [p for p in model.parameters() if p.requires_grad]
         self._make_batch(min(self.batch, samples))
 
     def _make_batch(self, batch: int) -> None:
@@ -263,15 +265,14 @@ class _TrainWorkload(ABC):
         import torch
 
         self._x = self._y = None
-        if self._opt is not None:
-            self._opt.zero_grad(set_to_none=True)
+        self._zero_grad()
         torch.cuda.empty_cache()
         raise MemoryError(f"{self.name}: out of device memory at batch {batch}") from exc
 
     def run(self, samples: int, deadline: float | None = None) -> int:
         """Run forward, backward and an SGD step over ``samples`` samples; return the count."""
         _check_samples(samples)
-        if self._model is None or self._opt is None or self._x is None or self._y is None:
+        if self._model is None or self._x is None or self._y is None:
             raise RuntimeError(f"{self.name}: prepare() before run()")
         try:
             with _precision(self._x.device, self.precision):
@@ -284,7 +285,6 @@ class _TrainWorkload(ABC):
         import torch
 
         assert self._model is not None
-        assert self._opt is not None
         assert self._x is not None
         assert self._y is not None
         loss_fn = torch.nn.functional.cross_entropy
@@ -296,10 +296,10 @@ class _TrainWorkload(ABC):
         done = 0
         while done < samples:
             n = min(self._x.shape[0], samples - done)
-            self._opt.zero_grad(set_to_none=True)
+            self._zero_grad()
             loss = loss_fn(self._model(self._x[:n]), self._y[:n])
             loss.backward()  # type: ignore[no-untyped-call]
-            self._opt.step()
+            self._sgd_step()
             done += n
             since += 1
             if deadline is None or done >= samples or since < every:
@@ -318,9 +318,30 @@ class _TrainWorkload(ABC):
             self.bytes_per_sample = peak / self._x.shape[0]
         return done
 
+    def _zero_grad(self) -> None:
+        for p in self._params:
+            p.grad = None
+
+    def _sgd_step(self) -> None:
+        """``p <- p - lr * grad`` for every parameter: plain SGD, as ``torch.optim.SGD`` steps.
+
+        Written out rather than through ``torch.optim``, whose first use in a process imports
+        ``torch._dynamo`` (2-4 s, measured): a one-time cost that is not the host's speed and
+        that would take most of a quick profile's budget. The arithmetic is the same, with the
+        same multi-tensor kernel (``torch._foreach_add_``) that the optimizer uses.
+        """
+        import torch
+
+        with torch.no_grad():
+            pairs = [(p, p.grad) for p in self._params if p.grad is not None]
+            if pairs:
+                params, grads = zip(*pairs, strict=True)
+                torch._foreach_add_(list(params), list(grads), alpha=-SGD_LR)
+
     def close(self) -> None:
         """Drop the model and the batch."""
-        self._model = self._opt = self._x = self._y = None
+        self._model = self._x = self._y = None
+        self._params = []
 
 
 class DenseWorkload(_TrainWorkload):
