@@ -530,9 +530,17 @@ def test_a_batch_projected_past_half_the_device_memory_is_refused(
     assert dense.batch == 500
 
 
+@pytest.mark.parametrize("foreach", [True, False])
 @pytest.mark.parametrize("cls", [DenseWorkload, ConvWorkload])
-def test_the_training_step_is_torch_optim_sgd(cls: type[DenseWorkload]) -> None:
-    """The written-out step gives the parameters ``torch.optim.SGD(lr=SGD_LR)`` gives."""
+def test_the_training_step_is_torch_optim_sgd(
+    cls: type[DenseWorkload], foreach: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The written-out step gives the parameters ``torch.optim.SGD(lr=SGD_LR)`` gives.
+
+    Also without ``torch._foreach_add_`` (a private function a future torch may drop).
+    """
+    if not foreach:
+        monkeypatch.delattr(torch, "_foreach_add_")
     workload = cls("cpu", batch=8)
     workload.prepare(8)
     with torch.random.fork_rng(devices=[]):

@@ -334,9 +334,13 @@ class _TrainWorkload(ABC):
 
         with torch.no_grad():
             pairs = [(p, p.grad) for p in self._params if p.grad is not None]
-            if pairs:
+            foreach = getattr(torch, "_foreach_add_", None)  # private: absent in a future torch
+            if pairs and foreach is not None:
                 params, grads = zip(*pairs, strict=True)
-                torch._foreach_add_(list(params), list(grads), alpha=-SGD_LR)
+                foreach(list(params), list(grads), alpha=-SGD_LR)
+            else:
+                for p, g in pairs:
+                    p.add_(g, alpha=-SGD_LR)
 
     def close(self) -> None:
         """Drop the model and the batch."""
