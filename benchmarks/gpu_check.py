@@ -176,18 +176,20 @@ def sweep(seconds: float, device_index: int, handle: object) -> list[dict[str, A
     A diagnostic beside the checks: where the sizing stops short of a loaded card, this shows
     which batch (and how long a window) would have loaded it.
     """
+    from flower_edge.profiling import PLANS
+    from flower_edge.profiling.sizing import ladder
     from flower_edge.profiling.window import NvmlWindow
     from flower_edge.profiling.workloads import ConvWorkload, DenseWorkload
 
     rows: list[dict[str, Any]] = []
     device = f"cuda:{device_index}"
-    for make, start, top in ((DenseWorkload, 256, 1 << 18), (ConvWorkload, 128, 1 << 16)):
-        workload = make(device, start)
-        workload.prepare(start)
-        workload.run(start)
-        batch = start
+    for index, make in enumerate((DenseWorkload, ConvWorkload)):
+        sizes = ladder(PLANS["full"].gpu_policy(index))  # the full profile's own ladder
+        workload = make(device, sizes[0])
+        workload.prepare(sizes[0])
+        workload.run(sizes[0])
         try:
-            while batch <= top:
+            for batch in sizes:
                 try:
                     workload.resize(batch)
                     workload.run(batch)
@@ -212,7 +214,6 @@ def sweep(seconds: float, device_index: int, handle: object) -> list[dict[str, A
                     f"  sweep {workload.name} batch {batch:>7}: {done / wall:.4g} samples/s, "
                     f"U {util if util is None else round(util, 3)} ({window.last_source})"
                 )
-                batch *= 4
         finally:
             workload.close()
     return rows
