@@ -144,6 +144,12 @@ def main(grid: Grid, context: Context) -> None:
             f"run config 'strategy' must be one of {', '.join(STRATEGIES)}, got {name!r}"
         )
     torch.manual_seed(int(_number(context, "seed")))
+    # The server's evaluations are milliseconds of work on the digits MLP. On this host the
+    # ClientApps of 8 SuperNodes share the same cores, and a multithreaded torch op then
+    # waits for its descheduled threads: 14 evaluations took 0.29 s on 2 threads against
+    # 0.02 s on one with 8 busy processes on 2 cores (docs/benchmarks/deployment.md, run 16).
+    # Every strategy evaluates through the same function, so one thread is fair to all.
+    torch.set_num_threads(1)
     model = MLP(in_features=64)
     arrays = ArrayRecord(model.state_dict())
     test = load_centralized_test("digits")
@@ -217,5 +223,9 @@ def main(grid: Grid, context: Context) -> None:
         "wall": wall,
         "curve": curve,
         "events": kinds,
+        # each job's timeline: [seconds since start(), node, job, kind, version, samples]
+        "timeline": [
+            [round(e.time, 3), e.node_id, e.job_id, e.kind, e.version, e.samples] for e in events
+        ],
     }
     log(INFO, "%s %s", RESULT_TAG, json.dumps(summary, sort_keys=True))
