@@ -124,6 +124,9 @@ class EventLoop:
         self.name = strategy.name
         self.grid = grid
         self.clock = strategy.clock
+        # times in the history count from start(): the share planner's operator analysis
+        # below (p_c, seconds on a wall clock) is part of the run's time
+        self.start_time = self.clock.now()
         self.timeout = timeout
         self.keys = tuple(initial.keys())
         self.global_arrays = [np.asarray(initial[k].numpy()) for k in self.keys]
@@ -185,7 +188,6 @@ class EventLoop:
         self.served: list[NDArray] | None = None  # the average, when there is one
         self.serving_global = False  # serve_better chose the global model at the last step
         self.result = Result(arrays=initial)
-        self.start_time = 0.0
         self.abandoned_total = 0
         folder = strategy.checkpoint_dir
         self.store = None if folder is None else open_store(folder)
@@ -193,7 +195,6 @@ class EventLoop:
     # ================================================================== top level
     def execute(self) -> Result:
         """Run until a stop rule applies; return Flower's Result."""
-        self.start_time = self.clock.now()  # times in the history count from here
         node_ids = self._register()
         resumed = resume_from_checkpoint(self, node_ids)
         resumed_at = self.version

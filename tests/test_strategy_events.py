@@ -75,3 +75,26 @@ def test_virtual_rule_processes_in_key_order_whatever_order_replies_arrive(
             processed.append(key)
     assert not len(queue)
     assert processed == sorted((w, s.seq) for s, w in messages)
+
+
+def test_history_times_count_from_start_including_the_operator_analysis(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the p_c analysis runs inside start() before the first message; on a wall clock its
+    # seconds belong to the run's time (JobEvent.time: "seconds since start() was called")
+    from conftest import EQUAL, ToyEdge, accuracy_fn, model
+
+    from strategies import EdgeStrategy, InProcessGrid, ManualClock
+    from strategies.shares import SharePlanner
+
+    clock = ManualClock()
+
+    def slow_analysis(self: SharePlanner) -> None:
+        clock.advance(5.0)
+
+    monkeypatch.setattr(SharePlanner, "check_model", slow_analysis)
+    strategy = EdgeStrategy(threshold=2, clock=clock, shares=EQUAL)
+    strategy.start(InProcessGrid(ToyEdge(), 4), model(0.0), num_rounds=1, evaluate_fn=accuracy_fn())
+    sends = [e.time for e in strategy.events if e.kind == "sent"]
+    assert min(sends) >= 5.0
+    assert strategy.history[0].time >= 5.0
