@@ -1,4 +1,5 @@
-"""EventQueue on its own: ordering, the wall-clock rule, and the virtual lookahead rule."""
+"""EventQueue on its own (ordering, the wall-clock rule, the virtual lookahead rule), and the
+origin of the strategy's event and history times."""
 
 from __future__ import annotations
 
