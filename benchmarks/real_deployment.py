@@ -51,6 +51,9 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from deploy_harness import VENV_BIN, Deployment, Proc, RunTimeoutError, deployment  # noqa: E402
 
+sys.path.insert(0, str(REPO / "benchmarks"))
+from deploy_curves import curve_from_log, final_within, rhythm, time_to  # noqa: E402
+
 APP = REPO / "benchmarks" / "deploy_app"
 RESULT = re.compile(r"REAL-DEPLOYMENT-RESULT (\{.*\})")
 
@@ -238,25 +241,6 @@ def enroll(configs: list[dict[str, object]], folder: Path, slow_factor: float) -
     return done
 
 
-ROUND_LINE = re.compile(r"\[(\w[\w-]*) round (\d+)\] t=([0-9.]+) .* metric=([0-9.eE+-]+)")
-
-
-def curve_from_log(log: str) -> list[list[float]]:
-    """Return ``[time, accuracy]`` per aggregation from the strategy's round lines."""
-    return [[float(t), float(m)] for _, _, t, m in ROUND_LINE.findall(log)]
-
-
-def final_within(curve: list[list[float]], budget: float) -> float:
-    """Return the accuracy of the last global model published within ``budget`` seconds."""
-    inside = [acc for t, acc in curve if t <= budget]
-    return inside[-1] if inside else math.nan
-
-
-def time_to(curve: list[list[float]], target: float) -> float | None:
-    """Return the first wall time at which the accuracy reached ``target`` (None: never)."""
-    return next((t for t, acc in curve if acc >= target), None)
-
-
 def rotated(names: list[str], shift: int) -> list[str]:
     """``names`` with FedAvg first and the others rotated by ``shift`` (spreads drift)."""
     rest = [n for n in names if n != "fedavg"]
@@ -302,19 +286,28 @@ def stalled_result(
     }
 
 
-def summary_line(name: str, res: dict[str, Any], target: float) -> str:
-    """One line per strategy: wall time, aggregations, time to target, last accuracy."""
+def summary_line(name: str, res: dict[str, Any], target: float, first: int = 4) -> str:
+    """One line per strategy: wall time, aggregations, time to target, last accuracy, and
+    with a job timeline its rhythm (:func:`rhythm`)."""
     curve = res["curve"]
     reached = time_to(curve, target)
     stalled = "  STALLED at the run limit, stopped" if res.get("stalled") else ""
     killed = res.get("orphans_killed") or []
     orphans = f" ({len(killed)} orphaned ClientApp killed before it)" if killed else ""
+    pace = ""
+    if res.get("timeline"):
+        nth, gap = rhythm(res["timeline"], curve, first)
+        pace = "  reply {} of the first wave {}  gap to the next job {}".format(
+            first,
+            "none" if nth is None else f"{nth:.1f} s",
+            "none" if gap is None else f"{gap:.2f} s",
+        )
     return (
         f"{name:14s} wall {res['wall']:6.1f} s  aggregations {len(curve):3d}  "
         f"time to {target}: {'never' if reached is None else f'{reached:.1f} s'}  "
         f"last {curve[-1][1] if curve else math.nan:.4f}  "
         f"overhead {res['overhead']:.1f} s  slice {res['slice_budget']}  events {res['events']}"
-        f"  idle wait {res.get('idle_wait', 0.0):.1f} s{orphans}{stalled}"
+        f"  idle wait {res.get('idle_wait', 0.0):.1f} s{pace}{orphans}{stalled}"
     )
 
 
@@ -391,8 +384,7 @@ def reanalyze(workdir: Path, target: float) -> dict[str, dict[str, Any]]:
     """Rebuild every run's curve from the logs of a finished benchmark in ``workdir``.
 
     FedAvg's curve is its result line (one evaluation per round); the asynchronous
-    strategies' curves are their ``[name round N] t=T ... metric=M`` lines (the global model
-    of each aggregation).
+    strategies' curves are their round lines (:func:`curve_from_log`).
     """
     results: dict[str, dict[str, Any]] = {}
     for path in sorted(workdir.glob("flwr-run-*.log")):
@@ -459,7 +451,7 @@ def print_reanalysis(args: argparse.Namespace) -> None:
     """Print (and with ``--out`` store) the verdicts rebuilt from a past run's logs."""
     found = reanalyze(args.reanalyze, args.target)
     for name, res in found.items():
-        print(summary_line(name, res, args.target))
+        print(summary_line(name, res, args.target, args.threshold + 1))
     for line in verdicts(found, args.target):
         print(line)
     if args.out:
@@ -538,7 +530,11 @@ def main(argv: list[str] | None = None) -> int:
                 overhead = float(res["overhead"])
                 if name == "fedavg" and budget <= 0 and not res.get("stalled"):
                     budget = float(res["wall"])
-                print(f"[repeat {repeat + 1}] " + summary_line(name, res, args.target), flush=True)
+                print(
+                    f"[repeat {repeat + 1}] "
+                    + summary_line(name, res, args.target, args.threshold + 1),
+                    flush=True,
+                )
     record["results"] = results
     record["verdicts"] = verdicts(results, args.target)
     if args.repeats > 1:

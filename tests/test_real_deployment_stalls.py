@@ -210,3 +210,54 @@ def test_run_app_past_its_limit_stops_the_run_and_keeps_the_log(
     assert stopped == [4242]
     assert not dep.procs[0].alive()
     assert math.isfinite(SCRIPT.stalled_result("edge", late.value, 2.0, 0.0)["curve"][0][0])
+
+
+def test_rhythm_reads_the_first_wave_and_the_gap_after_each_aggregation() -> None:
+    # 3 nodes; jobs 1-3 from version 0; an aggregation at 12.0 (node 2's reply) and at 20.0
+    # (node 1's second job); node 3's first reply comes later and triggers nothing
+    timeline = [
+        [1.0, 1, 1, "sent", 0, 0],
+        [1.0, 2, 2, "sent", 0, 0],
+        [1.0, 3, 3, "sent", 0, 0],
+        [10.0, 1, 1, "finished", 0, 100],
+        [10.5, 1, 4, "sent", 0, 0],  # not an aggregation's reply: no gap counted
+        [12.0, 2, 2, "finished", 0, 100],
+        [13.5, 2, 5, "sent", 1, 0],
+        [15.0, 3, 3, "finished", 0, 100],
+        [20.0, 1, 4, "finished", 0, 100],
+        [20.5, 1, 6, "sent", 2, 0],
+    ]
+    curve = [[12.0, 0.5], [20.0, 0.7]]
+    nth, gap = SCRIPT.rhythm(timeline, curve, 2)
+    assert nth == 12.0  # first wave (base version 0): 10.0, 12.0, 15.0, 20.0
+    assert gap == statistics.median([1.5, 0.5])
+    assert SCRIPT.rhythm(timeline, curve, 9) == (None, 1.0)
+    assert SCRIPT.rhythm([], curve, 1) == (None, None)
+    line = SCRIPT.summary_line(
+        "edge",
+        {
+            "curve": curve,
+            "wall": 30.0,
+            "overhead": 1.0,
+            "slice_budget": None,
+            "events": {},
+            "timeline": timeline,
+        },
+        0.6,
+        2,
+    )
+    assert "reply 2 of the first wave 12.0 s  gap to the next job 1.00 s" in line
+
+
+def test_curve_from_log_reads_the_served_accuracy_not_edge_s_validation_loss() -> None:
+    # edge's round lines carry its validation loss as metric=; the accuracy is on the
+    # MetricRecord line that follows (a --reanalyze of run 19 read losses as accuracies)
+    log = (
+        "[edge round 1] t=35.624 participants=[1, 2] metric=1.8927\n"
+        "Global evaluation\n"
+        "\t└──> MetricRecord: {'accuracy': 0.6629, 'loss': 1.9, 'val-loss': 1.8927}\n"
+        "[edge round 2] t=52.373 participants=[3, 4] metric=1.3528\n"
+        "\t└──> MetricRecord: {'accuracy': 0.7938, 'loss': 1.3, 'val-loss': 1.3528}\n"
+        "[fedbuff round 1] t=60.0 participants=[1] metric=0.81\n"
+    )
+    assert SCRIPT.curve_from_log(log) == [[35.624, 0.6629], [52.373, 0.7938], [60.0, 0.81]]
