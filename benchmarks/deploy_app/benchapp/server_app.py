@@ -146,8 +146,9 @@ def main(grid: Grid, context: Context) -> None:
     torch.manual_seed(int(_number(context, "seed")))
     # The server's evaluations are milliseconds of work on the digits MLP. On this host the
     # ClientApps of 8 SuperNodes share the same cores, and a multithreaded torch op then
-    # waits for its descheduled threads: 14 evaluations took 0.29 s on 2 threads against
-    # 0.02 s on one with 8 busy processes on 2 cores (docs/benchmarks/deployment.md, run 18).
+    # waits for its descheduled threads: 14 evaluations took 1.50 s on 2 threads against
+    # 0.03 s on one with 8 busy processes on 2 cores (benchmarks/eval_threads.py;
+    # docs/benchmarks/deployment.md, runs 16-20).
     # Every strategy evaluates through the same function, so one thread is fair to all.
     torch.set_num_threads(1)
     model = MLP(in_features=64)

@@ -150,8 +150,8 @@ def main(grid: Grid, context: Context) -> None:
     torch.manual_seed(_integer(context, "seed"))
     # edge evaluates several models per aggregation (its leave-one-out values, the served
     # average); on the digits MLP each takes milliseconds. One torch thread keeps them from
-    # waiting on descheduled threads where SuperNodes share the server's cores (14x faster
-    # with 8 busy processes on 2 cores; docs/benchmarks/deployment.md, run 18).
+    # waiting on descheduled threads where SuperNodes share the server's cores
+    # (benchmarks/eval_threads.py; docs/benchmarks/deployment.md, runs 16-20).
     torch.set_num_threads(1)
     strategy = build_strategy(context)
     model = MLP(in_features=64)
