@@ -22,6 +22,7 @@ from torch.utils.data import Dataset
 
 from clients.messages import TrainRequest
 from clients.node import NodeRuntime
+from clients.optim import LocalOptimizer
 from clients.settings import ClientSettings
 from clients.slot import ModelSlot
 from clients.state import (
@@ -84,7 +85,7 @@ class JobRuntime:
 
     record: JobRecord
     slot: ModelSlot
-    optimizer: torch.optim.Optimizer
+    optimizer: LocalOptimizer
     rng: torch.Tensor
 
 

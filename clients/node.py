@@ -12,11 +12,11 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-import torch
 from flwr.app import Context
 from torch import nn
 from torch.utils.data import Dataset
 
+from clients.optim import LocalOptimizer
 from clients.settings import ClientSettings
 from clients.slot import ModelSlot
 from clients.task import Task, build_optimizer
@@ -158,7 +158,7 @@ class NodeRuntime:
         """Return a new loss module from the task's ``loss_fn`` (TaskError if it fails)."""
         return call_loss_fn(self.task.loss_fn)
 
-    def new_optimizer(self, slot: ModelSlot, s: ClientSettings) -> torch.optim.Optimizer:
+    def new_optimizer(self, slot: ModelSlot, s: ClientSettings) -> LocalOptimizer:
         """Return a fresh-state optimizer over the slot's model (the instance is reused)."""
         t = self.task
         if slot.optimizer is None:

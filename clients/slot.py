@@ -11,6 +11,7 @@ from flwr.app import ArrayRecord
 from torch import nn
 
 from clients.arrays import record_to_state_dict, state_dict_to_record
+from clients.optim import LocalOptimizer
 from flower_edge.errors import InputError
 
 __all__ = ["ModelSlot", "plain_state"]
@@ -42,7 +43,7 @@ class ModelSlot:
         self.tensors: dict[str, torch.Tensor] | None = (
             dict(model.state_dict()) if plain_state(model) else None
         )
-        self.optimizer: torch.optim.Optimizer | None = None
+        self.optimizer: LocalOptimizer | None = None
 
     def state(self) -> dict[str, torch.Tensor]:
         """Return the current state dict (tensors sharing the model's storage)."""

@@ -31,6 +31,7 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from flwr.common.logger import log
 
 from clients.arrays import decode_array, encode_array
+from clients.optim import LocalOptimizer
 
 __all__ = [
     "GLOBAL_KEY",
@@ -258,7 +259,7 @@ def save_state(state: RecordDict, node_state: NodeState) -> None:
 
 
 def optimizer_to_records(
-    optimizer: torch.optim.Optimizer, rng_state: torch.Tensor | None = None
+    optimizer: LocalOptimizer, rng_state: torch.Tensor | None = None
 ) -> tuple[ArrayRecord, ConfigRecord]:
     """Flatten an optimizer's per-parameter state (and a torch RNG state) into records.
 
@@ -282,7 +283,7 @@ def optimizer_to_records(
 
 
 def optimizer_from_records(
-    optimizer: torch.optim.Optimizer, arrays: ArrayRecord, scalars: ConfigRecord
+    optimizer: LocalOptimizer, arrays: ArrayRecord, scalars: ConfigRecord
 ) -> torch.Tensor | None:
     """Restore what :func:`optimizer_to_records` wrote; return the stored RNG state, if any.
 

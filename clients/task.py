@@ -24,6 +24,7 @@ from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 from torch.utils.data.dataloader import default_collate
 
+from clients.optim import LocalOptimizer, build_sgd
 from clients.user_code import describe, forward_loss
 from flower_edge import validate
 from flower_edge.errors import ConfigError, TaskError
@@ -141,12 +142,10 @@ def build_optimizer(
     learning_rate: float,
     momentum: float,
     weight_decay: float,
-) -> torch.optim.Optimizer:
-    """Build the local optimizer by name."""
+) -> LocalOptimizer:
+    """Build the local optimizer by name (SGD on the CPU: :class:`clients.optim.LocalSGD`)."""
     if name == "sgd":
-        return torch.optim.SGD(
-            params, lr=learning_rate, momentum=momentum, weight_decay=weight_decay
-        )
+        return build_sgd(params, learning_rate, momentum, weight_decay)
     if name == "adam":
         return torch.optim.Adam(params, lr=learning_rate, weight_decay=weight_decay)
     validate.choice("optimizer", name, OPTIMIZERS)
@@ -253,7 +252,7 @@ class SliceResult:
 
 def _train_step(
     model: nn.Module,
-    optimizer: torch.optim.Optimizer,
+    optimizer: LocalOptimizer,
     loss_fn: nn.Module,
     batch: tuple[torch.Tensor, torch.Tensor],
     where: str,
@@ -271,7 +270,7 @@ def _train_step(
 
 def train_slice(
     model: nn.Module,
-    optimizer: torch.optim.Optimizer,
+    optimizer: LocalOptimizer,
     loss_fn: nn.Module,
     data: Dataset[Any],
     *,
