@@ -48,12 +48,26 @@ __all__ = [
 ]
 
 
+#: every port :func:`free_port` handed out in this process
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """Return a TCP port on 127.0.0.1 that was free a moment ago, never the same one twice.
+
+    The kernel may offer a port again as soon as its probe socket is closed: a SuperNode that
+    has not bound its port yet (a start takes seconds on a loaded host) would then share it
+    with the next one, which fails with "address already in use" (seen in the twenty-first
+    session's real-deployment benchmark: two of 8 SuperNodes were given port 51235).
+    """
+    for _ in range(1000):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port: int = sock.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    raise RuntimeError("no free TCP port on 127.0.0.1 that was not handed out before")
 
 
 def port_open(port: int) -> bool:
@@ -343,11 +357,13 @@ class Deployment:
 
     def wait_activated(self, total: int, timeout: float) -> None:
         """Wait until the SuperLink has logged ``total`` node activations in all."""
-        wait_until(
-            lambda: self.activated_nodes() >= total,
-            timeout,
-            f"{total} SuperNode activations (SuperLink log has {self.activated_nodes()})",
-        )
+        try:
+            wait_until(lambda: self.activated_nodes() >= total, timeout, "activations")
+        except TimeoutError:
+            raise TimeoutError(
+                f"{total} SuperNode activations not within {timeout:.0f} s (the SuperLink log "
+                f"has {self.activated_nodes()}; the SuperNodes' logs say why)"
+            ) from None
 
     # ------------------------------------------------------------------ flwr CLI
     def submit(self, app_dir: Path, run_config: Mapping[str, object] | None = None) -> Proc:

@@ -18,13 +18,11 @@ import sys
 import time
 from pathlib import Path
 
+import deploy_harness
+import pytest
+from deploy_harness import free_port
+
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _alive(pid: int) -> bool:
@@ -65,7 +63,7 @@ def _fake_venv(tmp_path: Path, port: int, other_port: int) -> Path:
 def test_clientapps_left_behind_by_the_node_are_stopped_and_others_kept(
     tmp_path: Path,
 ) -> None:
-    port, other = _free_port(), _free_port()
+    port, other = free_port(), free_port()
     venv = _fake_venv(tmp_path, port, other)
     env = dict(os.environ, FLOWER_EDGE_VENV=str(venv))
     pids: list[int] = []
@@ -98,3 +96,26 @@ def test_clientapps_left_behind_by_the_node_are_stopped_and_others_kept(
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_free_port_never_hands_out_a_port_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel may offer a just-probed port again; the harness skips it (two SuperNodes on
+    one port: "address already in use", seen in a real-deployment benchmark)."""
+    offered = iter([40001, 40001, 40001, 40002])
+
+    class Probe:
+        def __enter__(self) -> Probe:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def bind(self, address: tuple[str, int]) -> None:
+            self.port = next(offered)
+
+        def getsockname(self) -> tuple[str, int]:
+            return ("127.0.0.1", self.port)
+
+    monkeypatch.setattr(socket, "socket", lambda *a: Probe())
+    monkeypatch.setattr(deploy_harness, "_HANDED_OUT", set())
+    assert (deploy_harness.free_port(), deploy_harness.free_port()) == (40001, 40002)
