@@ -4,7 +4,9 @@ Everything runs on 127.0.0.1 through the repository's own ``deploy/`` scripts (v
 ``tests/deploy_harness.py``). One SuperNode is slowed in fact, not by a sleep the profiler
 cannot see: a duty-cycle throttle stops its whole process tree (the SuperNode, every
 ``flwr-clientapp`` process it starts, so its training loop and its profiling probe alike)
-with SIGSTOP and lets it run with SIGCONT for ``1 / slow_factor`` of every 100 ms period.
+with SIGSTOP and lets it run with SIGCONT for ``1 / slow_factor`` of every 10 ms period
+(``benchmarks/duty_cycle.py``; 100 ms until the twenty-first session, too coarse for the
+profiler's timed runs).
 That is what a CPU quota (cgroup ``cpu.max``) does, relative to the other nodes whatever the
 host's load; on this host cgroup v2 is not mounted for the cpu controller.
 
@@ -39,7 +41,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -53,69 +54,10 @@ from deploy_harness import VENV_BIN, Deployment, Proc, RunTimeoutError, deployme
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from deploy_curves import curve_from_log, final_within, rhythm, time_to  # noqa: E402
+from duty_cycle import DutyCycle  # noqa: E402
 
 APP = REPO / "benchmarks" / "deploy_app"
 RESULT = re.compile(r"REAL-DEPLOYMENT-RESULT (\{.*\})")
-
-
-class DutyCycle:
-    """Let a process tree run for ``1 / factor`` of every ``period`` seconds (SIGSTOP/SIGCONT).
-
-    Parameters
-    ----------
-    pid : int
-        Root of the tree; its descendants are looked up every period, so ClientApp
-        processes started later are throttled too.
-    factor : float
-        Slow-down, ``>= 1``.
-    period : float (default: 0.1)
-        Seconds per cycle.
-    """
-
-    def __init__(self, pid: int, factor: float, period: float = 0.1) -> None:
-        if not factor >= 1:
-            raise ValueError(f"slow factor must be >= 1, got {factor!r}")
-        self.pid, self.factor, self.period = pid, factor, period
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._stopped: list[psutil.Process] = []
-
-    def _tree(self) -> list[psutil.Process]:
-        try:
-            root = psutil.Process(self.pid)
-            return [root, *root.children(recursive=True)]
-        except psutil.Error:
-            return []
-
-    def _signal(self, procs: list[psutil.Process], sig: int) -> None:
-        for proc in procs:
-            with contextlib.suppress(psutil.Error):
-                proc.send_signal(sig)
-
-    def _run(self) -> None:
-        run = self.period / self.factor
-        while not self._stop.is_set():
-            tree = self._tree()
-            self._signal(tree, signal.SIGCONT)
-            time.sleep(run)
-            if self._stop.is_set():
-                break
-            self._signal(tree, signal.SIGSTOP)
-            self._stopped = tree
-            self._stop.wait(self.period - run)
-        self._signal(self._tree(), signal.SIGCONT)
-        self._signal(self._stopped, signal.SIGCONT)
-
-    def __enter__(self) -> DutyCycle:
-        if self.factor > 1:
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
-        self._signal(self._tree(), signal.SIGCONT)
 
 
 def node_id(proc: Proc, timeout: float = 60.0) -> int:
@@ -129,8 +71,11 @@ def node_id(proc: Proc, timeout: float = 60.0) -> int:
     raise TimeoutError(f"{proc.name} logged no SuperNode ID within {timeout:.0f} s")
 
 
-def profile_cpu(throttle: float, cache: Path | None = None) -> dict[str, float]:
+def profile_cpu(throttle: float, cache: Path | None = None) -> dict[str, Any]:
     """Run ``flower-edge profile --quick`` under a throttle; return CPU N and its seconds.
+
+    Under a throttle (``> 1``) the result also holds the throttle's measured run windows
+    (``run_windows``, :meth:`duty_cycle.DutyCycle.windows`).
 
     With ``cache`` the report is also stored there (``--cache``), where the node's ClientApp
     reuses it (node config ``profile-cache``): the node's enrollment.
@@ -140,13 +85,16 @@ def profile_cpu(throttle: float, cache: Path | None = None) -> dict[str, float]:
         argv += [] if cache is None else ["--cache", str(cache)]
         start = time.monotonic()
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        with DutyCycle(proc.pid, throttle):
+        with DutyCycle(proc.pid, throttle) as duty:
             out, _ = proc.communicate(timeout=900)
         report = json.loads(out)
-    return {
+    rated: dict[str, Any] = {
         "cpu_N": float(report["resources"]["cpu"]["evaluation"]),
         "seconds": time.monotonic() - start,
     }
+    if throttle > 1:
+        rated["run_windows"] = duty.windows()
+    return rated
 
 
 def clientapp_procs(dep: Deployment) -> list[psutil.Process]:
@@ -237,7 +185,17 @@ def enroll(configs: list[dict[str, object]], folder: Path, slow_factor: float) -
         rated = profile_cpu(throttle, cache)
         config["profile-cache"] = str(cache)
         done.append({"node": index, "throttle": throttle, **rated})
-        print(f"enrolled node {index}: CPU N {rated['cpu_N']:.1f} in {rated['seconds']:.1f} s")
+        windows = rated.get("run_windows")
+        note = (
+            ""
+            if windows is None or not windows["count"]
+            else f" (run windows: median {windows['median'] * 1e3:.1f} ms, longest "
+            f"{windows['max'] * 1e3:.1f} ms, target {windows['target'] * 1e3:.1f} ms; "
+            f"{'boosted' if windows['boosted'] else 'not boosted'})"
+        )
+        print(
+            f"enrolled node {index}: CPU N {rated['cpu_N']:.1f} in {rated['seconds']:.1f} s" + note
+        )
     return done
 
 
@@ -502,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
         record["slow_node"] = node_id(slow)
         print(f"{args.nodes} SuperNodes up; slowed {args.slow_factor}x: {record['slow_node']}")
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
-        with DutyCycle(slow.pid, args.slow_factor):
+        with DutyCycle(slow.pid, args.slow_factor) as duty:
             budget = args.budget
             overhead = -1.0  # measured by the first run, passed on to the others
             plan = [(r, name) for r in range(args.repeats) for name in rotated(names, r)]
@@ -535,6 +493,7 @@ def main(argv: list[str] | None = None) -> int:
                     + summary_line(name, res, args.target, args.threshold + 1),
                     flush=True,
                 )
+        record["slow_node_run_windows"] = duty.windows()
     record["results"] = results
     record["verdicts"] = verdicts(results, args.target)
     if args.repeats > 1:
