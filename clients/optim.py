@@ -2,7 +2,7 @@
 
 On a real deployment Flower starts a ClientApp process per message. Building a
 ``torch.optim`` optimizer in a fresh process imports ``torch._dynamo`` (its methods are
-wrapped in ``torch._disable_dynamo``, which imports it on the first call): about 1.1 s of
+wrapped in ``torch._disable_dynamo``, which imports it on the first call): about 1.2 s of
 CPU on this project's 2-core host, as much as importing torch itself, and most of what a
 digits MLP job costs beyond the import (``benchmarks/client_message_cpu.py``,
 ``docs/benchmarks/client.md``). :class:`LocalSGD` is the same update, written out:
