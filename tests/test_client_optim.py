@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from conftest import load_benchmark
 from torch import nn
 
 from clients.optim import LocalSGD, build_sgd
 from clients.state import optimizer_from_records, optimizer_to_records
 from clients.task import build_optimizer
-
-ROOT = Path(__file__).resolve().parents[1]
 
 SETTINGS: list[dict[str, Any]] = [
     {"lr": 0.1, "momentum": 0.0, "weight_decay": 0.0},
@@ -149,32 +144,9 @@ def test_build_optimizer_uses_local_sgd_on_the_cpu() -> None:
 
 
 def test_a_train_message_in_a_fresh_process_never_imports_dynamo(tmp_path: Path) -> None:
-    """The point of LocalSGD: a ClientApp process (one per message on a real deployment)."""
-    script = textwrap.dedent(
-        """
-        import sys
-        import torch
-        from flwr.app import ArrayRecord, ConfigRecord, RecordDict
-        from clients import examples
-        from clients.testing import instruction, node_context
-        from flower_edge import wire
-
-        arrays = ArrayRecord(examples.digits_mlp_task().model_fn().state_dict())
-        ctx = node_context(5, partition_id=1, num_partitions=8)
-        cfg = ConfigRecord({wire.JOB_ID: 1, wire.GLOBAL_VERSION: 0, wire.SAMPLE_SHARE: 64})
-        content = RecordDict({wire.CONFIG: cfg, wire.ARRAYS: arrays})
-        reply = examples.mlp_app(instruction(content, "train", 5), ctx)
-        assert not reply.has_error(), reply.error
-        print("dynamo" if "torch._dynamo" in sys.modules else "no dynamo")
-        """
-    )
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "FLOWER_EDGE_CACHE": str(tmp_path)}
-    out = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=True,
-    )
-    assert out.stdout.strip().splitlines()[-1] == "no dynamo"
+    """The point of LocalSGD: a ClientApp process (one per message on a real deployment),
+    run as ``benchmarks/client_message_cpu.py`` runs it; with ``torch.optim.SGD`` it would."""
+    bench = load_benchmark("client_message_cpu")
+    local = bench.run_child("local", str(tmp_path))
+    assert local["dynamo"] is False
+    assert bench.run_child("torch", str(tmp_path))["digest"] == local["digest"]
