@@ -376,6 +376,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threshold", type=int, default=3)
     parser.add_argument("--local-epochs", type=int, default=5)
     parser.add_argument("--target", type=float, default=0.85)
+    parser.add_argument(
+        "--partitioning",
+        choices=("iid", "dirichlet", "client-dirichlet"),
+        default="iid",
+        help="the nodes' digits split (runs 1-24: iid); dirichlet is label-skewed",
+    )
+    parser.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration")
     parser.add_argument("--slice-budget", type=float, default=-1.0, help="< 0: from overhead")
     parser.add_argument("--profile-check", action="store_true", help="profile CPU N 1x vs slow")
     parser.add_argument(
@@ -473,6 +480,8 @@ def main(argv: list[str] | None = None) -> int:
                     "time-budget": budget,
                     "overhead": overhead,
                     "local-epochs": args.local_epochs,
+                    "partitioning": args.partitioning,
+                    "dirichlet-alpha": args.alpha,
                 }
                 # the previous run's jobs still out finish first; its orphans are killed
                 idle, orphans = wait_idle(dep)

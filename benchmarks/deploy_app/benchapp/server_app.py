@@ -28,6 +28,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 from torch import nn
 
+from benchapp.data import partitioning
 from clients.data import load_centralized_test, load_partition, load_server_validation
 from clients.task import evaluate_model
 from flower_edge.errors import ConfigError
@@ -110,7 +111,11 @@ def build_strategy(context: Context, name: str, slice_budget: float | str, nodes
     if name.startswith("edge"):
         # the same work per round as the baselines: local-epochs passes over all partitions
         epochs = int(_number(context, "local-epochs"))
-        total = sum(len(load_partition("digits", i, nodes)[0]) for i in range(nodes))
+        kind, alpha = partitioning(context.run_config)
+        total = sum(
+            len(load_partition("digits", i, nodes, partitioning=kind, alpha=alpha)[0])
+            for i in range(nodes)
+        )
         shares = ShareConfig(
             profile=name == "edge",
             total_samples=epochs * total,
@@ -170,6 +175,8 @@ def main(grid: Grid, context: Context) -> None:
     chosen = _number(context, "slice-budget")
     # < 0: the library's default, "auto" (the same rule on the overhead measured live)
     slice_budget: float | str = "auto" if chosen < 0 else chosen
+    kind, alpha = partitioning(context.run_config)  # checked before any message is sent
+    log(INFO, "bench: digits split %s%s", kind, "" if kind == "iid" else f" (alpha {alpha:g})")
     log(
         INFO,
         "bench: per-message overhead %.2f s (median of %s nodes): the rule gives slices of "
@@ -219,6 +226,8 @@ def main(grid: Grid, context: Context) -> None:
         "nodes": len(nodes),
         "overhead": overhead,
         "rtt": {str(n): r for n, r in rtt.items()},
+        "partitioning": kind,
+        "dirichlet_alpha": alpha,
         "slice_budget": slice_budget if name.startswith("edge") else None,
         "slice_rule": slice_budget_for_overhead(overhead),
         "wall": wall,
