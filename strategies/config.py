@@ -238,6 +238,16 @@ class ShareConfig:
         for an aggregation (a synchronous run), the samples the caps take off are not handed
         to slower nodes beyond their match-ratio share: the round trains fewer samples
         rather than wait for a slow node. ``None``: no per-node cap (the seed).
+    min_epochs : float, optional
+        Floor on each node's share at this many epochs of its own local samples (as its
+        profile reports them), ``> 0`` and at most ``max_epochs``. A node that the match
+        ratios or the rebalancing would give less (a slow device: seed 000 gives a node 10x
+        slower a tenth of a fast one's share, or none once rebalancing finds that it cannot
+        finish with the others) trains this much anyway, so that its data still takes part:
+        with label-skewed data a slow node may hold labels that no other node has much of
+        (docs/benchmarks/deployment.md, run 25). Its update arrives later and counts with
+        its delay's decayed weight. The floor adds samples to the round's total and takes
+        none from the other nodes. ``None``: no floor (the seed).
     rebalance : {"seed", "optimal", "off"} (default: "seed")
         After each aggregation refit ``T = k f + b`` per node and move samples (seed 000
         step 9, or the equal-finish optimum).
@@ -263,6 +273,7 @@ class ShareConfig:
     zero_ratio: ZeroRatio = "equal"
     max_share_fraction: float = 0.5
     max_epochs: float | None = None
+    min_epochs: float | None = None
     rebalance: RebalanceMethod = "seed"
     weight_by: WeightBasis = "share"
     absurd_factor: float = DEFAULT_ABSURD_FACTOR
@@ -315,6 +326,17 @@ class ShareConfig:
         validate.number(
             "max_epochs", self.max_epochs, low=0.0, low_inclusive=False, allow_none=True
         )
+        validate.number(
+            "min_epochs", self.min_epochs, low=0.0, low_inclusive=False, allow_none=True
+        )
+        if (
+            self.min_epochs is not None
+            and self.max_epochs is not None
+            and self.min_epochs > self.max_epochs
+        ):
+            raise ConfigError(
+                f"min_epochs ({self.min_epochs!r}) must be <= max_epochs ({self.max_epochs!r})"
+            )
         _choice("rebalance", self.rebalance, REBALANCE_METHODS)
         _choice("weight_by", self.weight_by, WEIGHT_BASES)
         _positive("absurd_factor", self.absurd_factor)
