@@ -383,6 +383,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="the nodes' digits split (runs 1-24: iid); dirichlet is label-skewed",
     )
     parser.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration")
+    parser.add_argument(
+        "--min-epochs", type=float, default=0.0, help="edge: ShareConfig.min_epochs; 0 = none"
+    )
     parser.add_argument("--slice-budget", type=float, default=-1.0, help="< 0: from overhead")
     parser.add_argument("--profile-check", action="store_true", help="profile CPU N 1x vs slow")
     parser.add_argument(
@@ -482,6 +485,7 @@ def main(argv: list[str] | None = None) -> int:
                     "local-epochs": args.local_epochs,
                     "partitioning": args.partitioning,
                     "dirichlet-alpha": args.alpha,
+                    "min-epochs": args.min_epochs,
                 }
                 # the previous run's jobs still out finish first; its orphans are killed
                 idle, orphans = wait_idle(dep)

@@ -124,6 +124,8 @@ def build_strategy(context: Context, name: str, slice_budget: float | str, nodes
             # below the baselines' local-epochs here; 1.5x them, as in runs 4-7
             # (docs/benchmarks/deployment.md)
             max_epochs=1.5 * epochs,
+            # ShareConfig.min_epochs (run 26): the node slowed 10x keeps its data in the run
+            min_epochs=_number(context, "min-epochs") or None,
             model=MLP,  # p_c from the served model (compute_share "auto"), as deploy/app
             input_shape=(32, 64),
         )
