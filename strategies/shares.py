@@ -35,6 +35,7 @@ __all__ = [
     "SUSPECT_RATIO_GAP",
     "SharePlanner",
     "log_capped",
+    "late_answer",
     "log_zero_ratios",
     "profile_beside",
     "split_within",
@@ -189,11 +190,11 @@ class SharePlanner:
 
         ``with_job``: the profile came beside a trained update, so the node does not wait
         for the plan. Return whether this answer completed the plan. A profile that comes
-        after the deadline of the plan goes to :meth:`late_answer`.
+        after the deadline of the plan goes to :func:`late_answer`.
         """
         if not node.profile_pending:
             if profile is not None:
-                self.late_answer(node, nodes, profile)
+                late_answer(self, node, nodes, profile)
             return False
         node.profile_pending = False
         self.pending.discard(node.node_id)
@@ -241,52 +242,6 @@ class SharePlanner:
         self.pending.clear()
         self.finish(nodes)
         return True
-
-    def late_answer(self, node: Node, nodes: dict[int, Node], profile: ProfileRecord) -> None:
-        """Give a node whose profile came after the plan its share by match ratio.
-
-        Its match ratio is computed with every profile received; its share is that ratio
-        times the planned samples per unit of ratio of the profiled nodes (their shares over
-        their ratios, all recomputed together), within its caps. The other shares stay as
-        planned: rebalancing moves them from the observed job times.
-        """
-        if node.node_id not in self.late:
-            return
-        self.late.discard(node.node_id)
-        self.profiles[node.node_id] = profile
-        matched = [i for i in self.profiles if i in nodes and nodes[i].profiled]
-        planned = sum(nodes[i].share for i in matched)
-        if not planned:
-            return  # no profiled share to scale by: the node keeps its equal share
-        ids = [*matched, node.node_id]
-        try:
-            ratios = self.ratios_of([self.profiles[i] for i in ids])
-        except InputError as exc:
-            log(WARNING, "%s: late profile of node %s unusable: %s", self.name, node.node_id, exc)
-            return
-        ratio = float(ratios[-1])
-        weight = math.fsum(float(r) for r in ratios[:-1])
-        if not weight > 0:
-            return
-        if not ratio > 0:
-            if self.config.zero_ratio == "none":
-                node.share, node.ratio, node.profiled, node.planned_out = 0, 0.0, True, True
-            shares = {node.node_id: node.share}
-            log_zero_ratios(self.name, [node.node_id], shares, self.profiles, every_zero=False)
-            return
-        share = max(1, round(ratio * planned / weight))
-        cap = self.node_cap(node.node_id, self.cap)
-        node.share = share if cap is None else min(share, cap)
-        node.ratio = ratio
-        node.profiled = True
-        self.floored(node)
-        log(
-            INFO,
-            "%s: node %s's profile came after the plan: share %d by its match ratio",
-            self.name,
-            node.node_id,
-            node.share,
-        )
 
     def ratios_of(self, profiles: list[ProfileRecord]) -> np.ndarray:
         """Return the match ratios of ``profiles`` on the distorted radar chart (seed 000)."""
@@ -481,6 +436,55 @@ class SharePlanner:
             {n.node_id: n.share for n in chosen},
             allocation.makespan,
         )
+
+
+def late_answer(
+    planner: SharePlanner, node: Node, nodes: dict[int, Node], profile: ProfileRecord
+) -> None:
+    """Give a node whose profile came after ``planner``'s plan its share by match ratio.
+
+    Its match ratio is computed with every profile received; its share is that ratio
+    times the planned samples per unit of ratio of the profiled nodes (their shares over
+    their ratios, all recomputed together), within its caps. The other shares stay as
+    planned: rebalancing moves them from the observed job times.
+    """
+    if node.node_id not in planner.late:
+        return
+    planner.late.discard(node.node_id)
+    planner.profiles[node.node_id] = profile
+    matched = [i for i in planner.profiles if i in nodes and nodes[i].profiled]
+    planned = sum(nodes[i].share for i in matched)
+    if not planned:
+        return  # no profiled share to scale by: the node keeps its equal share
+    ids = [*matched, node.node_id]
+    try:
+        ratios = planner.ratios_of([planner.profiles[i] for i in ids])
+    except InputError as exc:
+        log(WARNING, "%s: late profile of node %s unusable: %s", planner.name, node.node_id, exc)
+        return
+    ratio = float(ratios[-1])
+    weight = math.fsum(float(r) for r in ratios[:-1])
+    if not weight > 0:
+        return
+    if not ratio > 0:
+        if planner.config.zero_ratio == "none":
+            node.share, node.ratio, node.profiled, node.planned_out = 0, 0.0, True, True
+        shares = {node.node_id: node.share}
+        log_zero_ratios(planner.name, [node.node_id], shares, planner.profiles, every_zero=False)
+        return
+    share = max(1, round(ratio * planned / weight))
+    cap = planner.node_cap(node.node_id, planner.cap)
+    node.share = share if cap is None else min(share, cap)
+    node.ratio = ratio
+    node.profiled = True
+    planner.floored(node)
+    log(
+        INFO,
+        "%s: node %s's profile came after the plan: share %d by its match ratio",
+        planner.name,
+        node.node_id,
+        node.share,
+    )
 
 
 def split_within(

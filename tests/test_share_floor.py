@@ -17,7 +17,7 @@ from strategies.config import ShareConfig
 from strategies.inprocess import InProcessGrid
 from strategies.membership import Node
 from strategies.records import ProfileRecord
-from strategies.shares import SharePlanner
+from strategies.shares import SharePlanner, late_answer
 
 SPEEDS = [1.0, 100.0, 100.0, 100.0]  # node 1 is 100x slower on every axis
 LOCAL = [50, 60, 70, 80]
@@ -109,3 +109,18 @@ def test_rebalancing_keeps_the_floor() -> None:
 def test_bad_floors_name_the_field(options: dict[str, Any], field: str) -> None:
     with pytest.raises(ConfigError, match=field):
         ShareConfig(**options)
+
+
+def test_a_profile_that_comes_after_the_plan_is_floored_too() -> None:
+    planner = _planner(total_samples=520, min_epochs=1.0)
+    profiles = {
+        i: ProfileRecord(node_id=i, evaluations=(e,) * 4, local_samples=n)
+        for i, e, n in zip(IDS, SPEEDS, LOCAL, strict=True)
+    }
+    nodes = {i: Node(i) for i in IDS}
+    planner.assign_initial(IDS, {i: profiles[i] for i in (2, 3, 4)}, nodes)
+    assert nodes[1].share == 130  # no profile yet: an equal share
+    planner.late = {1}
+    late_answer(planner, nodes[1], nodes, profiles[1])
+    assert nodes[1].profiled
+    assert nodes[1].share == 50  # its match ratio gives ~0; the floor, one epoch of its 50
