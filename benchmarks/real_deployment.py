@@ -120,6 +120,12 @@ def _cpu_seconds(proc: psutil.Process) -> float | None:
     return float(times.user + times.system)
 
 
+#: CPU seconds a ClientApp must use to count as working (``wait_idle``): a training one,
+#: even on the node throttled 10x, uses far more in ``stuck_after``; an orphan that polls
+#: the SuperLink uses about 0.1 % of a core (run 27: one made every wait run out its 180 s)
+MIN_PROGRESS = 0.05
+
+
 def wait_idle(
     dep: Deployment, timeout: float = 180.0, quiet: float = 10.0, stuck_after: float = 30.0
 ) -> tuple[float, list[int]]:
@@ -132,11 +138,12 @@ def wait_idle(
     run's first message while it was still replying to the previous run lost that message
     (eleventh run, node 6), and FedAvg then waited out its round timeout every round.
 
-    Between runs no ClientApp has anything to wait for, so one whose CPU time has not moved
-    for ``stuck_after`` s is an orphan and is killed by its pid: a SuperNode that pulls a
-    message just as its run ends starts a ClientApp that retries ``pull_objects`` for a run
-    the SuperLink no longer serves, for up to Flower's ``PULL_MAX_TIME`` of 7,200 s
-    (twelfth run: node 4's, 591 s old, made the next wait run out its 180 s).
+    Between runs no ClientApp has anything to wait for, so one whose CPU time has not grown
+    by :data:`MIN_PROGRESS` s in ``stuck_after`` s is an orphan and is killed by its pid: a
+    SuperNode that pulls a message just as its run ends starts a ClientApp that retries
+    ``pull_objects`` for a run the SuperLink no longer serves, for up to Flower's
+    ``PULL_MAX_TIME`` of 7,200 s (twelfth run: node 4's, 591 s old, made the next wait run
+    out its 180 s; run 27: one that polled at 0.1 % of a core did the same).
 
     Returns
     -------
@@ -155,7 +162,7 @@ def wait_idle(
             if cpu is None:
                 continue
             seen = progress.get(app.pid)
-            if seen is None or cpu > seen[0]:
+            if seen is None or cpu >= seen[0] + MIN_PROGRESS:
                 progress[app.pid] = (cpu, now)
             elif now - seen[1] >= stuck_after:
                 with contextlib.suppress(psutil.Error):

@@ -184,6 +184,24 @@ def test_wait_idle_kills_a_clientapp_that_hangs_between_runs(
     assert waited == pytest.approx(35.5)  # hung killed at 30 s; quiet from 30.5 s
 
 
+def test_wait_idle_kills_an_orphan_that_polls_at_a_trickle_of_cpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Run 27: a ClientApp left behind polled the SuperLink at about 0.1 % of a core; its CPU
+    time kept moving, so every wait ran out its 180 s. It now counts as stuck."""
+    clock = _Clock()
+    monkeypatch.setattr(SCRIPT, "time", clock)
+    killed: list[int] = []
+    polling = _App(31, lambda now: 0.001 * now, killed)
+    polling.clock = clock
+    monkeypatch.setattr(
+        SCRIPT, "clientapp_procs", lambda dep: [] if polling.pid in killed else [polling]
+    )
+    waited, orphans = SCRIPT.wait_idle(object(), timeout=180.0, quiet=5.0, stuck_after=30.0)
+    assert orphans == [31]
+    assert waited == pytest.approx(35.5)
+
+
 def test_run_app_past_its_limit_stops_the_run_and_keeps_the_log(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
