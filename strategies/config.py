@@ -247,7 +247,8 @@ class ShareConfig:
         with label-skewed data a slow node may hold labels that no other node has much of
         (docs/benchmarks/deployment.md, run 25). Its update arrives later and counts with
         its delay's decayed weight. The floor adds samples to the round's total and takes
-        none from the other nodes. ``None``: no floor (the seed).
+        none from the other nodes. Not with ``zero_ratio="none"``. ``None``: no floor (the
+        seed).
     rebalance : {"seed", "optimal", "off"} (default: "seed")
         After each aggregation refit ``T = k f + b`` per node and move samples (seed 000
         step 9, or the equal-finish optimum).
@@ -323,6 +324,15 @@ class ShareConfig:
             raise ConfigError(
                 f"max_share_fraction must be in (0, 1], got {self.max_share_fraction!r}"
             )
+        self._check_epochs()
+        _choice("rebalance", self.rebalance, REBALANCE_METHODS)
+        _choice("weight_by", self.weight_by, WEIGHT_BASES)
+        _positive("absurd_factor", self.absurd_factor)
+        if self.absurd_factor < 1:
+            raise ConfigError(f"absurd_factor must be >= 1, got {self.absurd_factor!r}")
+
+    def _check_epochs(self) -> None:
+        """Check ``max_epochs`` and ``min_epochs``, alone and together."""
         validate.number(
             "max_epochs", self.max_epochs, low=0.0, low_inclusive=False, allow_none=True
         )
@@ -337,11 +347,11 @@ class ShareConfig:
             raise ConfigError(
                 f"min_epochs ({self.min_epochs!r}) must be <= max_epochs ({self.max_epochs!r})"
             )
-        _choice("rebalance", self.rebalance, REBALANCE_METHODS)
-        _choice("weight_by", self.weight_by, WEIGHT_BASES)
-        _positive("absurd_factor", self.absurd_factor)
-        if self.absurd_factor < 1:
-            raise ConfigError(f"absurd_factor must be >= 1, got {self.absurd_factor!r}")
+        if self.min_epochs is not None and self.zero_ratio == "none":
+            raise ConfigError(
+                "min_epochs cannot be combined with zero_ratio='none' (the seed's rule gives a "
+                "node of match ratio 0 no job; the floor would give it one): drop one of them"
+            )
 
     def with_job(self, *, virtual: bool) -> bool:
         """Return whether the first message asks for the profile *and* a job (see above)."""

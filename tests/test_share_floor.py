@@ -104,6 +104,7 @@ def test_rebalancing_keeps_the_floor() -> None:
         ({"min_epochs": -1.0}, "min_epochs"),
         ({"min_epochs": float("nan")}, "min_epochs"),
         ({"min_epochs": 3.0, "max_epochs": 2.0}, "min_epochs"),
+        ({"min_epochs": 1.0, "zero_ratio": "none"}, "zero_ratio"),
     ],
 )
 def test_bad_floors_name_the_field(options: dict[str, Any], field: str) -> None:
