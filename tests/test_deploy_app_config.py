@@ -109,6 +109,17 @@ def test_the_slice_budget_and_the_preset_reach_the_strategy(server_app: Any) -> 
     assert not seed.valuation_given
 
 
+def test_min_epochs_switches_the_share_floor_on_and_is_checked(server_app: Any) -> None:
+    from flower_edge.errors import ConfigError
+
+    assert server_app.build_strategy(_context()).shares.min_epochs is None  # off by default
+    assert server_app.build_strategy(_context(**{"min-epochs": 1.0})).shares.min_epochs == 1.0
+    with pytest.raises(ConfigError, match="min_epochs"):
+        server_app.build_strategy(_context(**{"min-epochs": -1.0}))
+    with pytest.raises(ConfigError, match="zero_ratio"):  # the seed's preset has no floor
+        server_app.build_strategy(_context(**{"min-epochs": 1.0, "preset": "edge-seed"}))
+
+
 def test_the_deployment_app_passes_strict_mypy(monkeypatch: pytest.MonkeyPatch) -> None:
     """``**slices`` (a ``dict[str, float]``) into ``LoopConfig`` was 3 strict-mypy errors that
     the project's ``mypy`` run never saw: its configuration left the deployment app out."""

@@ -127,6 +127,9 @@ def build_strategy(context: Context) -> EdgeStrategy:
         shares=ShareConfig(
             profile=_flag(context, "profile"),
             max_share_fraction=_number(context, "max-share-fraction"),
+            # 0 = no floor; a floor keeps a slow device's data in the run (label-skewed data;
+            # docs/benchmarks/deployment.md, runs 25-27)
+            min_epochs=_number(context, "min-epochs") or None,
             compute_share="auto",  # the operator analysis of the served model, once
             model=MLP,
             input_shape=BATCH_SHAPE,
