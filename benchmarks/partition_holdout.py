@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import get_args
 
 import torch
 from torch import nn
@@ -47,9 +48,7 @@ def train_and_score(
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--partitions", type=int, default=8)
-    p.add_argument(
-        "--partitioning", choices=("iid", "dirichlet", "client-dirichlet"), default="dirichlet"
-    )
+    p.add_argument("--partitioning", choices=get_args(Partitioning), default="dirichlet")
     p.add_argument("--alpha", type=float, default=0.5)
     p.add_argument("--leave-out", type=int, default=7)
     p.add_argument("--epochs", type=int, default=30)

@@ -43,9 +43,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import psutil
+
+from clients.data import Partitioning
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
@@ -385,7 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--target", type=float, default=0.85)
     parser.add_argument(
         "--partitioning",
-        choices=("iid", "dirichlet", "client-dirichlet"),
+        choices=get_args(Partitioning),
         default="iid",
         help="the nodes' digits split (runs 1-24: iid); dirichlet is label-skewed",
     )

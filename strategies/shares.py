@@ -335,23 +335,26 @@ class SharePlanner:
         ``ShareConfig.max_epochs`` caps a node's share at that many epochs of the local
         samples its profile reported (none when it reported none).
         """
-        epochs = self.config.max_epochs
-        profile = self.profiles.get(node_id)
-        if epochs is None or profile is None or profile.local_samples <= 0:
+        epochs, local = self.config.max_epochs, self.own_samples(node_id)
+        if epochs is None or local <= 0:
             return cap
-        own = max(1, math.floor(epochs * profile.local_samples))
+        own = max(1, math.floor(epochs * local))
         return own if cap is None else min(cap, own)
+
+    def own_samples(self, node_id: int) -> int:
+        """Return the local samples ``node_id``'s profile reported (0: none, or no profile)."""
+        profile = self.profiles.get(node_id)
+        return 0 if profile is None else max(0, profile.local_samples)
 
     def node_floor(self, node_id: int) -> int:
         """Return the floor on ``node_id``'s share: ``min_epochs`` of its own data, or 0.
 
         0 when ``ShareConfig.min_epochs`` is None or the node reported no local samples.
         """
-        epochs = self.config.min_epochs
-        profile = self.profiles.get(node_id)
-        if epochs is None or profile is None or profile.local_samples <= 0:
+        epochs, local = self.config.min_epochs, self.own_samples(node_id)
+        if epochs is None or local <= 0:
             return 0
-        return max(1, math.ceil(epochs * profile.local_samples))
+        return max(1, math.ceil(epochs * local))
 
     def floored(self, node: Node, *, announce: bool = True) -> None:
         """Raise ``node``'s share to its floor (``min_epochs``); log it when ``announce``."""
@@ -367,7 +370,7 @@ class SharePlanner:
                 node.share,
                 floor,
                 self.config.min_epochs,
-                self.profiles[node.node_id].local_samples,
+                self.own_samples(node.node_id),
             )
         node.share = floor
         node.planned_out = False

@@ -72,27 +72,25 @@ def test_a_tiny_floor_changes_only_the_node_planned_out() -> None:
     assert [floored[i].share for i in (2, 3, 4)] == [free[i].share for i in (2, 3, 4)]
 
 
-def test_rebalancing_keeps_the_floor() -> None:
-    planner = _planner(total_samples=520, min_epochs=1.0)
-    nodes = _plan(planner)
-    # observed jobs: node 1 takes 100x longer per sample, and has a large fixed cost
+def _observe_jobs(planner: SharePlanner, nodes: dict[int, Node]) -> None:
+    """Three jobs per node: node 1 takes 100x longer per sample, with a large fixed cost."""
     for node in nodes.values():
         slow = node.node_id == 1
         for k in (1, 2, 3):
-            share = node.share * k
+            share = max(1, node.share) * k
             planner.observe(node, share, (1.0 if slow else 0.01) * share + (30.0 if slow else 0.5))
+
+
+def test_rebalancing_keeps_the_floor() -> None:
+    planner = _planner(total_samples=520, min_epochs=1.0)
+    nodes = _plan(planner)
+    _observe_jobs(planner, nodes)
     planner.rebalance(nodes.values())
     assert nodes[1].share == 50  # the allocation would give it nothing: its floor
     assert not nodes[1].planned_out
     unfloored = _planner(total_samples=520)
     plain = _plan(unfloored)
-    for node in plain.values():
-        slow = node.node_id == 1
-        for k in (1, 2, 3):
-            share = max(1, node.share) * k
-            unfloored.observe(
-                node, share, (1.0 if slow else 0.01) * share + (30.0 if slow else 0.5)
-            )
+    _observe_jobs(unfloored, plain)
     unfloored.rebalance(plain.values())
     assert plain[1].share < 50
 

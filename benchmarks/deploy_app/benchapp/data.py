@@ -7,20 +7,17 @@ from typing import cast, get_args
 
 from clients.data import Partitioning
 from flower_edge import validate
-from flower_edge.errors import ConfigError
 
 
 def partitioning(run_config: Mapping[str, object]) -> tuple[Partitioning, float]:
     """Return ``(partitioning, dirichlet-alpha)`` of the run config (``"iid"``, 0.5 if absent).
 
-    Raises ConfigError naming the key when a value is not one the data loader accepts.
+    Raises ``flower_edge.errors.ConfigError`` naming the key when a value is not one the data
+    loader accepts.
     """
-    kind = run_config.get("partitioning", "iid")
-    choices: tuple[Partitioning, ...] = get_args(Partitioning)
-    if kind not in choices:
-        raise ConfigError(
-            f"run config 'partitioning' must be one of {', '.join(choices)}, got {kind!r}"
-        )
+    kind = validate.choice(
+        "run config 'partitioning'", run_config.get("partitioning", "iid"), get_args(Partitioning)
+    )
     alpha = validate.number(
         "run config 'dirichlet-alpha'",
         run_config.get("dirichlet-alpha", 0.5),
