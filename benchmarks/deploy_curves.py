@@ -12,7 +12,15 @@ import re
 import statistics
 from typing import Any
 
-__all__ = ["ACCURACY_LINE", "ROUND_LINE", "curve_from_log", "final_within", "rhythm", "time_to"]
+__all__ = [
+    "ACCURACY_LINE",
+    "ROUND_LINE",
+    "curve_from_log",
+    "final_within",
+    "job_slowdown",
+    "rhythm",
+    "time_to",
+]
 
 ROUND_LINE = re.compile(r"\[(\w[\w-]*) round (\d+)\] t=([0-9.]+) .* metric=([0-9.eE+-]+)")
 ACCURACY_LINE = re.compile(r"MetricRecord: \{'accuracy': ([0-9.eE+-]+)")
@@ -71,3 +79,24 @@ def rhythm(
         if later:
             gaps.append(later[0] - when)
     return nth, statistics.median(gaps) if gaps else None
+
+
+def job_slowdown(timeline: list[list[Any]], slow_node: int) -> dict[str, float] | None:
+    """Return how much longer the slowed node's jobs took than the others', in fact.
+
+    A job's time runs from its ``sent`` event to its ``finished`` event in the bench app's
+    timeline (rows ``[t, node, job, event, ...]``). Returns the median job time of the
+    slowed node and of the others, and their ratio; None without a finished job of each.
+    """
+    sent: dict[Any, float] = {}
+    slow: list[float] = []
+    others: list[float] = []
+    for t, node, job, event, *_ in timeline:
+        if event == "sent":
+            sent[job] = float(t)
+        elif event == "finished" and job in sent:
+            (slow if int(node) == slow_node else others).append(float(t) - sent.pop(job))
+    if not slow or not others:
+        return None
+    mine, theirs = statistics.median(slow), statistics.median(others)
+    return {"slow_job": mine, "other_job": theirs, "ratio": mine / theirs, "slow_jobs": len(slow)}

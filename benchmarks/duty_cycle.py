@@ -4,9 +4,16 @@ The real-deployment benchmark (``benchmarks/real_deployment.py``) slows one Supe
 not by a sleep the profiler cannot see: this throttle stops the node's whole process tree
 (the SuperNode, every ``flwr-clientapp`` process it starts, so its training loop and its
 profiling probe alike) with SIGSTOP and lets it run with SIGCONT for ``period / factor``
-seconds of every ``period``. That is what a CPU quota (cgroup ``cpu.max``) does, relative to
-the other nodes whatever the host's load; on this host cgroup v2 is not mounted for the cpu
-controller.
+seconds of every ``period``. On this host cgroup v2 is not mounted for the cpu controller.
+
+**Relative to what?** Running for ``1 / factor`` of the wall time is a CPU 10x slower than a
+whole core, not 10x slower than the other nodes. On one host the other nodes share the same
+cores: 8 ClientApps on 2 cores get about a quarter of a core each, and the scheduler serves a
+tree that was stopped first when it resumes, so the throttled tree gets close to a full core
+in each of its windows. Measured over runs 25-27 (``docs/benchmarks/deployment.md``), the
+node "slowed 10x" took 35-53 s per job against the others' 19-22 s: about 2x in fact.
+:class:`PacedThrottle` holds the tree's CPU rate at ``1 / factor`` of what the other nodes'
+busy trees get, so that its jobs take ``factor`` times as long as theirs.
 
 A period of 100 ms (10 ms running, 90 ms stopped) is not a slow CPU at the time scale of the
 profiler. A quick profile sizes its timed run from the (throttled) rate it measured while
@@ -34,7 +41,7 @@ import time
 
 import psutil
 
-__all__ = ["DutyCycle"]
+__all__ = ["DutyCycle", "PacedThrottle", "process_cpu", "reference_rate"]
 
 #: the controlling thread's nice value when the process may raise its priority
 BOOSTED_NICE = -10
@@ -135,7 +142,7 @@ class DutyCycle:
         self._signal(self._tree(), signal.SIGCONT)
         self._signal(self._stopped, signal.SIGCONT)
 
-    def windows(self) -> dict[str, float | int | bool]:
+    def windows(self) -> dict[str, float | int | bool | str]:
         """Return the run windows so far: count, median, 95th percentile and longest (s).
 
         A window is the time from SIGCONT to the SIGSTOP after it, as the controlling thread
@@ -167,3 +174,178 @@ class DutyCycle:
         if self._thread.is_alive():
             self._thread.join(timeout=5)
         self._signal(self._tree(), signal.SIGCONT)
+
+
+def process_cpu(pid: int) -> float | None:
+    """Return the CPU seconds of process ``pid`` (all its threads), or None once it is gone.
+
+    Reads the process's CPU-time clock (``clock_getcpuclockid``: ``((~pid) << 3) | 2``),
+    nanosecond-exact and about a microsecond per call, where ``/proc/<pid>/stat`` counts in
+    ticks of 10 ms.
+    """
+    try:
+        return time.clock_gettime(((~pid) << 3) | 2)
+    except OSError:
+        return None
+
+
+def reference_rate(rates: list[float], busy: float, held: float) -> float:
+    """Return the CPU rate (cores) of a busy peer: the median of the rates ``>= busy``.
+
+    With no peer busy the last reference is ``held``: a device is as fast when the others
+    are idle as when they work, so the throttled node does not speed up while FedAvg waits
+    for it.
+    """
+    working = [rate for rate in rates if rate >= busy]
+    return statistics.median(working) if working else held
+
+
+class _TreeClock:
+    """Cumulative CPU seconds of a process tree, counting the processes that have exited."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._seen: dict[int, float] = {}
+        self.procs: list[psutil.Process] = []
+
+    def refresh(self) -> None:
+        """Look the tree's processes up again (a ClientApp started since is counted)."""
+        try:
+            root = psutil.Process(self.pid)
+            self.procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            self.procs = []
+
+    def total(self) -> float:
+        """Return the CPU seconds of every process seen in the tree so far."""
+        for proc in self.procs:
+            pid = proc.pid
+            cpu = process_cpu(pid)
+            if cpu is not None and cpu >= self._seen.get(pid, 0.0):
+                self._seen[pid] = cpu
+        return math.fsum(self._seen.values())
+
+
+class PacedThrottle(DutyCycle):
+    """Hold a tree's CPU rate at ``1 / factor`` of a busy peer's, by SIGSTOP and SIGCONT.
+
+    Every ``sample`` seconds the CPU rate of each peer tree (another SuperNode with its
+    ClientApps) is measured over the last ``sample`` seconds; the reference is the median
+    over the peers using at least ``busy`` cores (:func:`reference_rate`), held while none
+    is. The throttled tree earns CPU time at ``reference / factor`` and runs in windows of
+    at least ``period / factor`` seconds while it has some; when its CPU time
+    (:func:`process_cpu`, summed over the tree) runs ahead of what it earned, it stays
+    stopped until it is paid back. Unused credit is capped at ``burst`` CPU seconds, so an
+    idle node cannot save up for a fast start.
+
+    Parameters
+    ----------
+    pid : int
+        Root of the throttled tree.
+    peers : list[int]
+        Roots of the other nodes' trees.
+    factor : float
+        Slow-down relative to a busy peer, ``>= 1``.
+    period : float (default: :data:`PERIOD`)
+        The shortest window is ``period / factor``; the longest ``period``.
+    initial : float or None (default: None)
+        Reference rate (cores) until a peer is seen busy; None: the host's cores shared by
+        every tree, ``cpu_count / (len(peers) + 1)``.
+    busy : float (default: 0.05)
+        Cores a peer must use to count as working.
+    sample : float (default: 0.5)
+        Seconds between two measurements of the peers.
+    burst : float (default: 0.005)
+        Most CPU seconds of credit the tree may hold.
+    """
+
+    def __init__(
+        self,
+        pid: int,
+        peers: list[int],
+        factor: float,
+        period: float = PERIOD,
+        initial: float | None = None,
+        busy: float = 0.05,
+        sample: float = 0.5,
+        burst: float = 0.005,
+    ) -> None:
+        super().__init__(pid, factor, period=period)
+        if initial is None:
+            initial = (os.cpu_count() or 1) / (len(peers) + 1)
+        if not initial > 0:
+            raise ValueError(f"initial reference rate must be > 0 cores, got {initial!r}")
+        self.peers = [_TreeClock(peer) for peer in peers]
+        self.reference, self.busy, self.sample, self.burst = initial, busy, sample, burst
+        self._references: list[float] = []
+        self._used = 0.0
+        self._earned = 0.0
+
+    def _measure_peers(self, last: list[float], elapsed: float) -> list[float]:
+        totals = []
+        for clock in self.peers:
+            clock.refresh()
+            totals.append(clock.total())
+        if last and elapsed > 0:
+            rates = [(now - before) / elapsed for now, before in zip(totals, last, strict=True)]
+            self.reference = reference_rate(rates, self.busy, self.reference)
+            self._references.append(self.reference)
+        return totals
+
+    def _run(self) -> None:
+        self._raise_priority()
+        own = _TreeClock(self.pid)
+        shortest = self.period / self.factor
+        refreshed = sampled = last = time.monotonic()
+        own.refresh()
+        peer_totals = self._measure_peers([], 0.0)
+        started = earned = own.total()
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now - refreshed >= self.refresh:
+                own.refresh()
+                refreshed = now
+            if now - sampled >= self.sample:
+                peer_totals = self._measure_peers(peer_totals, now - sampled)
+                sampled = now
+            pace = self.reference / self.factor
+            used = own.total()
+            earned = min(earned + pace * (now - last), used + self.burst)
+            last = now
+            credit = earned - used
+            if credit <= 0:
+                self._stop.wait(min(self.period, -credit / pace))
+                continue
+            tree = own.procs
+            self._signal(tree, signal.SIGCONT)
+            opened = time.monotonic()
+            time.sleep(min(self.period, max(shortest, credit)))
+            self._signal(tree, signal.SIGSTOP)
+            closed = time.monotonic()
+            self._stopped = tree
+            self._windows.append(closed - opened)
+            self._span = (opened if self._span is None else self._span[0], closed)
+            self._used, self._earned = own.total() - started, earned - started
+        self._signal(self._tree(), signal.SIGCONT)
+        self._signal(self._stopped, signal.SIGCONT)
+
+    def windows(self) -> dict[str, float | int | bool | str]:
+        """Return :meth:`DutyCycle.windows` and the pacing: references (cores), CPU used.
+
+        ``reference_median`` is the median busy peer's rate over the run, ``cpu_used`` the
+        tree's CPU seconds while throttled and ``cpu_earned`` what it was allowed.
+        """
+        found = super().windows()
+        found.pop("target", None)
+        refs = sorted(self._references)
+        found.update(
+            {
+                "mode": "paced",
+                "factor": self.factor,
+                "reference_median": statistics.median(refs) if refs else self.reference,
+                "reference_last": self.reference,
+                "cpu_used": self._used,
+                "cpu_earned": self._earned,
+            }
+        )
+        return found

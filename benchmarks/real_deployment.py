@@ -4,11 +4,15 @@ Everything runs on 127.0.0.1 through the repository's own ``deploy/`` scripts (v
 ``tests/deploy_harness.py``). One SuperNode is slowed in fact, not by a sleep the profiler
 cannot see: a duty-cycle throttle stops its whole process tree (the SuperNode, every
 ``flwr-clientapp`` process it starts, so its training loop and its profiling probe alike)
-with SIGSTOP and lets it run with SIGCONT for ``1 / slow_factor`` of every 10 ms period
-(``benchmarks/duty_cycle.py``; 100 ms until the twenty-first session, too coarse for the
-profiler's timed runs).
-That is what a CPU quota (cgroup ``cpu.max``) does, relative to the other nodes whatever the
-host's load; on this host cgroup v2 is not mounted for the cpu controller.
+with SIGSTOP and lets it run with SIGCONT (``benchmarks/duty_cycle.py``). Since the
+twenty-third session the default throttle (``--throttle paced``) holds the tree's CPU rate at
+``1 / slow_factor`` of what a busy peer node's tree gets, so that the node's jobs take
+``slow_factor`` times as long as the others' (each result records the ratio measured,
+``slowdown``). Runs 1-27 used ``--throttle duty``: the tree runs for ``1 / slow_factor`` of
+every 10 ms (100 ms until the twenty-first session), a CPU 10x slower than a whole core; with
+8 nodes sharing 2 cores that made its jobs only about 2x as long as the others'. The
+enrollment profile (``--enroll``) rates the node alone, under the duty cycle in both modes:
+alone, a peer would have the whole core.
 
 Each strategy (edge, FedBuff, FedAsync, Flower's FedAvg) runs as one ``flwr run`` of
 ``benchmarks/deploy_app`` on the same SuperNodes, FedAvg first: its wall time becomes the time
@@ -55,8 +59,8 @@ sys.path.insert(0, str(REPO / "tests"))
 from deploy_harness import VENV_BIN, Deployment, Proc, RunTimeoutError, deployment  # noqa: E402
 
 sys.path.insert(0, str(REPO / "benchmarks"))
-from deploy_curves import curve_from_log, final_within, rhythm, time_to  # noqa: E402
-from duty_cycle import DutyCycle  # noqa: E402
+from deploy_curves import curve_from_log, final_within, job_slowdown, rhythm, time_to  # noqa: E402
+from duty_cycle import DutyCycle, PacedThrottle  # noqa: E402
 
 APP = REPO / "benchmarks" / "deploy_app"
 RESULT = re.compile(r"REAL-DEPLOYMENT-RESULT (\{.*\})")
@@ -269,6 +273,11 @@ def summary_line(name: str, res: dict[str, Any], target: float, first: int = 4) 
             "none" if nth is None else f"{nth:.1f} s",
             "none" if gap is None else f"{gap:.2f} s",
         )
+    slowdown = res.get("slowdown")
+    if slowdown:
+        pace += "  slowed node's jobs {:.1f} s, the others' {:.1f} s ({:.1f}x)".format(
+            slowdown["slow_job"], slowdown["other_job"], slowdown["ratio"]
+        )
     return (
         f"{name:14s} wall {res['wall']:6.1f} s  aggregations {len(curve):3d}  "
         f"time to {target}: {'never' if reached is None else f'{reached:.1f} s'}  "
@@ -379,6 +388,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=8)
     parser.add_argument("--slow-factor", type=float, default=10.0)
+    parser.add_argument(
+        "--throttle",
+        choices=("paced", "duty"),
+        default="paced",
+        help="paced: the slowed node gets 1/slow-factor of a busy peer's CPU rate (its jobs "
+        "take slow-factor times as long); duty (runs 1-27): it runs 1/slow-factor of the time",
+    )
     parser.add_argument("--strategies", default="fedavg,edge,fedbuff,fedasync")
     parser.add_argument("--fedavg-rounds", type=int, default=6)
     parser.add_argument("--budget", type=float, default=0.0, help="s; 0 = FedAvg's wall time")
@@ -479,7 +495,13 @@ def main(argv: list[str] | None = None) -> int:
         record["slow_node"] = node_id(slow)
         print(f"{args.nodes} SuperNodes up; slowed {args.slow_factor}x: {record['slow_node']}")
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
-        with DutyCycle(slow.pid, args.slow_factor) as duty:
+        peers = [proc.pid for index, proc in dep.nodes.items() if index != args.nodes - 1]
+        throttle = (
+            PacedThrottle(slow.pid, peers, args.slow_factor)
+            if args.throttle == "paced"
+            else DutyCycle(slow.pid, args.slow_factor)
+        )
+        with throttle as duty:
             budget = args.budget
             overhead = -1.0  # measured by the first run, passed on to the others
             plan = [(r, name) for r in range(args.repeats) for name in rotated(names, r)]
@@ -505,6 +527,7 @@ def main(argv: list[str] | None = None) -> int:
                 res["idle_wait"] = idle
                 res["orphans_killed"] = orphans
                 res["repeat"] = repeat
+                res["slowdown"] = job_slowdown(res.get("timeline") or [], record["slow_node"])
                 runs[name].append(res)
                 results.setdefault(name, res)  # the first repeat, as a single run records it
                 overhead = float(res["overhead"])

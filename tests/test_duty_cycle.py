@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
+from types import ModuleType
 
 import psutil
 import pytest
@@ -41,3 +43,74 @@ def test_the_throttle_rejects_a_speed_up_and_an_empty_period() -> None:
     with pytest.raises(ValueError, match="period"):
         duty_cycle.DutyCycle(1, 2.0, period=0.0)
     assert duty_cycle.DutyCycle(1, 2.0).windows() == {"count": 0, "boosted": False}
+
+
+def test_the_reference_is_the_median_busy_peer_and_held_while_none_works() -> None:
+    duty_cycle = load_benchmark("duty_cycle")
+    assert duty_cycle.reference_rate([0.2, 0.3, 0.01, 0.25], busy=0.05, held=1.0) == 0.25
+    assert duty_cycle.reference_rate([0.0, 0.01], busy=0.05, held=0.3) == 0.3
+    assert duty_cycle.reference_rate([], busy=0.05, held=0.3) == 0.3
+
+
+def test_process_cpu_reads_a_process_clock_and_none_once_it_is_gone() -> None:
+    duty_cycle = load_benchmark("duty_cycle")
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 0.4: pass"]
+    )
+    time.sleep(0.2)
+    first = duty_cycle.process_cpu(child.pid)
+    child.wait()
+    assert first is not None
+    assert 0.0 < first < 5.0
+    assert duty_cycle.process_cpu(child.pid) is None
+
+
+def _spinner() -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+
+def test_the_paced_throttle_holds_a_tree_at_a_fraction_of_a_busy_peer() -> None:
+    # twice as many busy peers as cores: each gets about half a core, and the plain duty
+    # cycle (1/4 of the time, close to a whole core in each window) would give the tree
+    # about half a peer's rate; the paced throttle gives it a quarter
+    duty_cycle = load_benchmark("duty_cycle")
+    peers = [_spinner() for _ in range(min(8, 2 * (os.cpu_count() or 1)))]
+    slow = _spinner()
+    try:
+        time.sleep(0.3)
+        pids = [peer.pid for peer in peers]
+        with duty_cycle.PacedThrottle(slow.pid, pids, 4.0, sample=0.25) as paced:
+            time.sleep(0.6)  # the first references come in
+            p0, s0 = _cpu(duty_cycle, pids), duty_cycle.process_cpu(slow.pid)
+            time.sleep(2.0)
+            p1, s1 = _cpu(duty_cycle, pids), duty_cycle.process_cpu(slow.pid)
+            for peer in peers:
+                peer.kill()
+                peer.wait()
+            time.sleep(1.0)  # no peer busy: the reference is held, the tree stays slow
+            s2 = duty_cycle.process_cpu(slow.pid)
+        ratio = (s1 - s0) / ((p1 - p0) / len(peers))
+        assert 0.15 <= ratio <= 0.38, ratio  # 1/4 of a peer's rate, whatever the host's load
+        assert s2 - s1 <= 0.6 * paced.reference  # not a whole core once alone
+        found = paced.windows()
+        assert found["mode"] == "paced"
+        assert found["factor"] == 4.0
+        assert found["cpu_used"] == pytest.approx(found["cpu_earned"], abs=0.05)
+        time.sleep(0.05)
+        assert psutil.Process(slow.pid).status() != psutil.STATUS_STOPPED
+    finally:
+        for proc in (*peers, slow):
+            proc.kill()
+            proc.wait()
+
+
+def _cpu(duty_cycle: ModuleType, pids: list[int]) -> float:
+    return sum(duty_cycle.process_cpu(pid) or 0.0 for pid in pids)
+
+
+def test_the_paced_throttle_rejects_a_bad_reference() -> None:
+    duty_cycle = load_benchmark("duty_cycle")
+    with pytest.raises(ValueError, match="initial reference rate"):
+        duty_cycle.PacedThrottle(1, [2], 4.0, initial=0.0)
+    with pytest.raises(ValueError, match="slow factor"):
+        duty_cycle.PacedThrottle(1, [2], 0.5)
