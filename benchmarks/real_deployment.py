@@ -427,6 +427,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="s; a strategy's run still going after this long is stopped (flwr stop) and "
         "recorded as stalled, and the benchmark goes on; its repeat is left out of the medians",
     )
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=180.0,
+        help="s; the longest wait before a run for the previous run's jobs to finish (a job "
+        "of the node slowed 10x by the paced throttle can take minutes)",
+    )
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--reanalyze", type=Path, default=None, help="workdir of a past run")
@@ -519,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
                     "min-epochs": args.min_epochs,
                 }
                 # the previous run's jobs still out finish first; its orphans are killed
-                idle, orphans = wait_idle(dep)
+                idle, orphans = wait_idle(dep, timeout=args.idle_timeout)
                 try:
                     res = run_strategy(dep, name, config, timeout=args.run_limit)
                 except RunTimeoutError as err:  # recorded; the other strategies and repeats go on
