@@ -38,6 +38,7 @@ import signal
 import statistics
 import threading
 import time
+from collections import deque
 
 import psutil
 
@@ -48,6 +49,9 @@ BOOSTED_NICE = -10
 #: seconds per cycle: 1 ms of running and 9 ms stopped for a 10x slow-down, so that a timed
 #: run of the profiler (a few ms of CPU under the throttle) always spans several cycles
 PERIOD = 0.01
+#: busy peer rates the paced throttle keeps (one per busy peer and sample): about 40 minutes
+#: of 7 busy peers sampled every 0.5 s
+SAMPLES = 35_000
 
 
 class DutyCycle:
@@ -189,35 +193,50 @@ def process_cpu(pid: int) -> float | None:
         return None
 
 
-def reference_rate(rates: list[float], busy: float, held: float) -> float:
-    """Return the CPU rate (cores) of a busy peer: the median of the rates ``>= busy``.
+def reference_rate(samples: list[float], busy: float, held: float) -> float:
+    """Return the CPU rate (cores) of a busy peer: the median of the samples ``>= busy``.
 
-    With no peer busy the last reference is ``held``: a device is as fast when the others
-    are idle as when they work, so the throttled node does not speed up while FedAvg waits
-    for it.
+    The samples are every busy peer's rate so far (one per peer and sampling period), so the
+    reference is a device's steady speed on this host, not the moment's: while FedAvg waits
+    for the slowed node the others are idle, and it does not speed up because of that. With
+    no sample at or above ``busy`` it is ``held``.
     """
-    working = [rate for rate in rates if rate >= busy]
+    working = [rate for rate in samples if rate >= busy]
     return statistics.median(working) if working else held
 
 
 class _TreeClock:
-    """Cumulative CPU seconds of a process tree, counting the processes that have exited."""
+    """Cumulative CPU seconds of a process tree's processes (all, or those matching)."""
 
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
+    def __init__(self, pid: int, match: str | None = None) -> None:
+        self.pid, self.match = pid, match
         self._seen: dict[int, float] = {}
+        self._matches: dict[int, bool] = {}
         self.procs: list[psutil.Process] = []
+
+    def _matching(self, proc: psutil.Process) -> bool:
+        if self.match is None:
+            return True
+        found = self._matches.get(proc.pid)
+        if found is None:
+            try:
+                found = any(self.match in part for part in proc.cmdline())
+            except psutil.Error:
+                return False
+            self._matches[proc.pid] = found
+        return found
 
     def refresh(self) -> None:
         """Look the tree's processes up again (a ClientApp started since is counted)."""
         try:
             root = psutil.Process(self.pid)
-            self.procs = [root, *root.children(recursive=True)]
+            tree = [root, *root.children(recursive=True)]
         except psutil.Error:
-            self.procs = []
+            tree = []
+        self.procs = [proc for proc in tree if self._matching(proc)]
 
     def total(self) -> float:
-        """Return the CPU seconds of every process seen in the tree so far."""
+        """Return the CPU seconds of every (matching) process seen in the tree so far."""
         for proc in self.procs:
             pid = proc.pid
             cpu = process_cpu(pid)
@@ -227,16 +246,24 @@ class _TreeClock:
 
 
 class PacedThrottle(DutyCycle):
-    """Hold a tree's CPU rate at ``1 / factor`` of a busy peer's, by SIGSTOP and SIGCONT.
+    """Hold a node's CPU rate at ``1 / factor`` of a busy peer's, by SIGSTOP and SIGCONT.
 
-    Every ``sample`` seconds the CPU rate of each peer tree (another SuperNode with its
-    ClientApps) is measured over the last ``sample`` seconds; the reference is the median
-    over the peers using at least ``busy`` cores (:func:`reference_rate`), held while none
-    is. The throttled tree earns CPU time at ``reference / factor`` and runs in windows of
-    at least ``period / factor`` seconds while it has some; when its CPU time
-    (:func:`process_cpu`, summed over the tree) runs ahead of what it earned, it stays
-    stopped until it is paid back. Unused credit is capped at ``burst`` CPU seconds, so an
-    idle node cannot save up for a fast start.
+    Every ``sample`` seconds the CPU rate of each peer (another SuperNode's tree, or its
+    processes whose command line holds ``match``) is measured over the last ``sample``
+    seconds; the reference is the median of every busy rate seen so far
+    (:func:`reference_rate`), a peer device's steady speed on this host. The throttled
+    processes earn CPU time at ``reference / factor`` and run in windows of at least
+    ``period / factor`` seconds while they have some; when their CPU time
+    (:func:`process_cpu`) runs ahead of what they earned, they stay stopped until it is paid
+    back. Unused credit is capped at ``burst`` CPU seconds, so an idle node cannot save up
+    for a fast start.
+
+    With ``match="flwr-clientapp"`` only the ClientApp processes are paced: the training,
+    the profile's probe and the ClientApp's own start-up, while the SuperNode's runtime
+    (its heartbeats to the SuperLink, the runtime API its ClientApps call) keeps a peer's
+    speed. Pacing the whole tree at a tenth of a peer that shares 2 cores with 7 others
+    (about 0.025 core) broke Flower's liveness rules in the twenty-third session: the
+    ClientApp's task token was revoked and the SuperLink reported the node unavailable.
 
     Parameters
     ----------
@@ -248,15 +275,18 @@ class PacedThrottle(DutyCycle):
         Slow-down relative to a busy peer, ``>= 1``.
     period : float (default: :data:`PERIOD`)
         The shortest window is ``period / factor``; the longest ``period``.
+    match : str or None (default: None)
+        Pace (and measure on the peers) only the processes whose command line holds it;
+        None: whole trees.
     initial : float or None (default: None)
         Reference rate (cores) until a peer is seen busy; None: the host's cores shared by
-        every tree, ``cpu_count / (len(peers) + 1)``.
+        every node, ``cpu_count / (len(peers) + 1)``.
     busy : float (default: 0.05)
         Cores a peer must use to count as working.
     sample : float (default: 0.5)
         Seconds between two measurements of the peers.
     burst : float (default: 0.005)
-        Most CPU seconds of credit the tree may hold.
+        Most CPU seconds of credit the throttled processes may hold.
     """
 
     def __init__(
@@ -265,6 +295,7 @@ class PacedThrottle(DutyCycle):
         peers: list[int],
         factor: float,
         period: float = PERIOD,
+        match: str | None = None,
         initial: float | None = None,
         busy: float = 0.05,
         sample: float = 0.5,
@@ -275,9 +306,10 @@ class PacedThrottle(DutyCycle):
             initial = (os.cpu_count() or 1) / (len(peers) + 1)
         if not initial > 0:
             raise ValueError(f"initial reference rate must be > 0 cores, got {initial!r}")
-        self.peers = [_TreeClock(peer) for peer in peers]
+        self.match = match
+        self.peers = [_TreeClock(peer, match) for peer in peers]
         self.reference, self.busy, self.sample, self.burst = initial, busy, sample, burst
-        self._references: list[float] = []
+        self._samples: deque[float] = deque(maxlen=SAMPLES)
         self._used = 0.0
         self._earned = 0.0
 
@@ -288,13 +320,13 @@ class PacedThrottle(DutyCycle):
             totals.append(clock.total())
         if last and elapsed > 0:
             rates = [(now - before) / elapsed for now, before in zip(totals, last, strict=True)]
-            self.reference = reference_rate(rates, self.busy, self.reference)
-            self._references.append(self.reference)
+            self._samples.extend(rate for rate in rates if rate >= self.busy)
+            self.reference = reference_rate(list(self._samples), self.busy, self.reference)
         return totals
 
     def _run(self) -> None:
         self._raise_priority()
-        own = _TreeClock(self.pid)
+        own = _TreeClock(self.pid, self.match)
         shortest = self.period / self.factor
         refreshed = sampled = last = time.monotonic()
         own.refresh()
@@ -330,20 +362,21 @@ class PacedThrottle(DutyCycle):
         self._signal(self._stopped, signal.SIGCONT)
 
     def windows(self) -> dict[str, float | int | bool | str]:
-        """Return :meth:`DutyCycle.windows` and the pacing: references (cores), CPU used.
+        """Return :meth:`DutyCycle.windows` and the pacing: the reference (cores), CPU used.
 
-        ``reference_median`` is the median busy peer's rate over the run, ``cpu_used`` the
-        tree's CPU seconds while throttled and ``cpu_earned`` what it was allowed.
+        ``reference`` is a busy peer's steady rate at the end (the median of the busy
+        samples), ``busy_samples`` how many there were, ``cpu_used`` the throttled
+        processes' CPU seconds and ``cpu_earned`` what they were allowed.
         """
         found = super().windows()
         found.pop("target", None)
-        refs = sorted(self._references)
         found.update(
             {
                 "mode": "paced",
+                "match": self.match or "",
                 "factor": self.factor,
-                "reference_median": statistics.median(refs) if refs else self.reference,
-                "reference_last": self.reference,
+                "reference": self.reference,
+                "busy_samples": len(self._samples),
                 "cpu_used": self._used,
                 "cpu_earned": self._earned,
             }

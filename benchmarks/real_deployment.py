@@ -5,14 +5,16 @@ Everything runs on 127.0.0.1 through the repository's own ``deploy/`` scripts (v
 cannot see: a duty-cycle throttle stops its whole process tree (the SuperNode, every
 ``flwr-clientapp`` process it starts, so its training loop and its profiling probe alike)
 with SIGSTOP and lets it run with SIGCONT (``benchmarks/duty_cycle.py``). Since the
-twenty-third session the default throttle (``--throttle paced``) holds the tree's CPU rate at
-``1 / slow_factor`` of what a busy peer node's tree gets, so that the node's jobs take
+twenty-third session the default throttle (``--throttle paced``) holds the CPU rate of the
+node's ClientApp processes (its training, its profile's probe, their start-up) at
+``1 / slow_factor`` of a busy peer ClientApp's steady rate, so that its jobs take about
 ``slow_factor`` times as long as the others' (each result records the ratio measured,
-``slowdown``). Runs 1-27 used ``--throttle duty``: the tree runs for ``1 / slow_factor`` of
-every 10 ms (100 ms until the twenty-first session), a CPU 10x slower than a whole core; with
-8 nodes sharing 2 cores that made its jobs only about 2x as long as the others'. The
-enrollment profile (``--enroll``) rates the node alone, under the duty cycle in both modes:
-alone, a peer would have the whole core.
+``slowdown``); the SuperNode's runtime keeps a peer's speed, as pacing it too broke Flower's
+heartbeats (:class:`duty_cycle.PacedThrottle`). Runs 1-27 used ``--throttle duty``: the
+node's whole tree runs for ``1 / slow_factor`` of every 10 ms (100 ms until the twenty-first
+session), a CPU 10x slower than a whole core; with 8 nodes sharing 2 cores that made its jobs
+only about 2x as long as the others'. The enrollment profile (``--enroll``) rates the node
+alone, under the duty cycle in both modes: alone, a peer would have the whole core.
 
 Each strategy (edge, FedBuff, FedAsync, Flower's FedAvg) runs as one ``flwr run`` of
 ``benchmarks/deploy_app`` on the same SuperNodes, FedAvg first: its wall time becomes the time
@@ -392,8 +394,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--throttle",
         choices=("paced", "duty"),
         default="paced",
-        help="paced: the slowed node gets 1/slow-factor of a busy peer's CPU rate (its jobs "
-        "take slow-factor times as long); duty (runs 1-27): it runs 1/slow-factor of the time",
+        help="paced: the slowed node's ClientApps get 1/slow-factor of a busy peer's CPU rate "
+        "(its jobs take about slow-factor times as long); duty (runs 1-27): its whole tree "
+        "runs 1/slow-factor of the time",
     )
     parser.add_argument("--strategies", default="fedavg,edge,fedbuff,fedasync")
     parser.add_argument("--fedavg-rounds", type=int, default=6)
@@ -504,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
         peers = [proc.pid for index, proc in dep.nodes.items() if index != args.nodes - 1]
         throttle = (
-            PacedThrottle(slow.pid, peers, args.slow_factor)
+            PacedThrottle(slow.pid, peers, args.slow_factor, match="flwr-clientapp")
             if args.throttle == "paced"
             else DutyCycle(slow.pid, args.slow_factor)
         )

@@ -45,7 +45,7 @@ def test_the_throttle_rejects_a_speed_up_and_an_empty_period() -> None:
     assert duty_cycle.DutyCycle(1, 2.0).windows() == {"count": 0, "boosted": False}
 
 
-def test_the_reference_is_the_median_busy_peer_and_held_while_none_works() -> None:
+def test_the_reference_is_the_median_busy_sample_and_held_while_none_works() -> None:
     duty_cycle = load_benchmark("duty_cycle")
     assert duty_cycle.reference_rate([0.2, 0.3, 0.01, 0.25], busy=0.05, held=1.0) == 0.25
     assert duty_cycle.reference_rate([0.0, 0.01], busy=0.05, held=0.3) == 0.3
@@ -65,41 +65,69 @@ def test_process_cpu_reads_a_process_clock_and_none_once_it_is_gone() -> None:
     assert duty_cycle.process_cpu(child.pid) is None
 
 
-def _spinner() -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+MARK = "paced-me"
 
 
-def test_the_paced_throttle_holds_a_tree_at_a_fraction_of_a_busy_peer() -> None:
+def _spinner(tag: str = MARK) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", f"while True: pass  # {tag}"])
+
+
+def test_the_paced_throttle_holds_matching_processes_at_a_fraction_of_a_busy_peer() -> None:
     # twice as many busy peers as cores: each gets about half a core, and the plain duty
-    # cycle (1/4 of the time, close to a whole core in each window) would give the tree
-    # about half a peer's rate; the paced throttle gives it a quarter
+    # cycle (1/4 of the time, close to a whole core in each window) would give the paced
+    # process about half a peer's rate; the paced throttle gives it a quarter. The tree's
+    # root does not match and keeps a peer's speed (the SuperNode's runtime, in the benchmark)
     duty_cycle = load_benchmark("duty_cycle")
     peers = [_spinner() for _ in range(min(8, 2 * (os.cpu_count() or 1)))]
-    slow = _spinner()
+    root = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys\n"
+            # the child's mark is put together here, so the root's own command line lacks it
+            f"mark = {MARK[:3]!r} + {MARK[3:]!r}\n"
+            "subprocess.Popen([sys.executable, '-c', 'while True: pass  # ' + mark])\n"
+            "while True: pass",
+        ]
+    )
     try:
-        time.sleep(0.3)
+        time.sleep(0.5)
+        (child,) = psutil.Process(root.pid).children()
         pids = [peer.pid for peer in peers]
-        with duty_cycle.PacedThrottle(slow.pid, pids, 4.0, sample=0.25) as paced:
+        with duty_cycle.PacedThrottle(root.pid, pids, 4.0, match=MARK, sample=0.25) as paced:
             time.sleep(0.6)  # the first references come in
-            p0, s0 = _cpu(duty_cycle, pids), duty_cycle.process_cpu(slow.pid)
+            p0, c0, r0 = (
+                _cpu(duty_cycle, pids),
+                _cpu(duty_cycle, [child.pid]),
+                _cpu(duty_cycle, [root.pid]),
+            )
             time.sleep(2.0)
-            p1, s1 = _cpu(duty_cycle, pids), duty_cycle.process_cpu(slow.pid)
+            p1, c1, r1 = (
+                _cpu(duty_cycle, pids),
+                _cpu(duty_cycle, [child.pid]),
+                _cpu(duty_cycle, [root.pid]),
+            )
             for peer in peers:
                 peer.kill()
                 peer.wait()
-            time.sleep(1.0)  # no peer busy: the reference is held, the tree stays slow
-            s2 = duty_cycle.process_cpu(slow.pid)
-        ratio = (s1 - s0) / ((p1 - p0) / len(peers))
+            time.sleep(1.0)  # no peer busy: the reference is held, the process stays slow
+            c2 = _cpu(duty_cycle, [child.pid])
+        peer_rate = (p1 - p0) / len(peers)
+        ratio = (c1 - c0) / peer_rate
         assert 0.15 <= ratio <= 0.38, ratio  # 1/4 of a peer's rate, whatever the host's load
-        assert s2 - s1 <= 0.6 * paced.reference  # not a whole core once alone
+        assert r1 - r0 >= 0.6 * peer_rate  # the root does not match: not paced
+        assert c2 - c1 <= 0.6 * paced.reference  # not a whole core once alone
         found = paced.windows()
         assert found["mode"] == "paced"
-        assert found["factor"] == 4.0
+        assert found["match"] == MARK
+        assert found["busy_samples"] > 0
         assert found["cpu_used"] == pytest.approx(found["cpu_earned"], abs=0.05)
         time.sleep(0.05)
-        assert psutil.Process(slow.pid).status() != psutil.STATUS_STOPPED
+        assert child.status() != psutil.STATUS_STOPPED
     finally:
-        for proc in (*peers, slow):
+        for proc in psutil.Process(root.pid).children():
+            proc.kill()
+        for proc in (*peers, root):
             proc.kill()
             proc.wait()
 
