@@ -211,19 +211,20 @@ class _TreeClock:
     def __init__(self, pid: int, match: str | None = None) -> None:
         self.pid, self.match = pid, match
         self._seen: dict[int, float] = {}
-        self._matches: dict[int, bool] = {}
+        self._matched: set[int] = set()
         self.procs: list[psutil.Process] = []
 
     def _matching(self, proc: psutil.Process) -> bool:
-        if self.match is None:
+        # only a match is remembered: a process just forked (a SuperExec starting a
+        # ClientApp) still shows its parent's command line until it calls exec
+        if self.match is None or proc.pid in self._matched:
             return True
-        found = self._matches.get(proc.pid)
-        if found is None:
-            try:
-                found = any(self.match in part for part in proc.cmdline())
-            except psutil.Error:
-                return False
-            self._matches[proc.pid] = found
+        try:
+            found = any(self.match in part for part in proc.cmdline())
+        except psutil.Error:
+            return False
+        if found:
+            self._matched.add(proc.pid)
         return found
 
     def refresh(self) -> None:

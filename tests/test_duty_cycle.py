@@ -142,3 +142,27 @@ def test_the_paced_throttle_rejects_a_bad_reference() -> None:
         duty_cycle.PacedThrottle(1, [2], 4.0, initial=0.0)
     with pytest.raises(ValueError, match="slow factor"):
         duty_cycle.PacedThrottle(1, [2], 0.5)
+
+
+def test_a_process_is_matched_once_it_has_called_exec() -> None:
+    # a SuperExec forks and then execs flwr-clientapp: a look-up between the two sees the
+    # parent's command line, and a later one must still find the ClientApp
+    duty_cycle = load_benchmark("duty_cycle")
+    script = (
+        "import os, sys, time\n"
+        "time.sleep(0.6)\n"
+        f"mark = {MARK[:3]!r} + {MARK[3:]!r}\n"
+        "os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(30)  # ' + mark])"
+    )
+    root = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        clock = duty_cycle._TreeClock(root.pid, MARK)
+        time.sleep(0.2)
+        clock.refresh()
+        assert clock.procs == []  # before exec: the command line lacks the mark
+        time.sleep(1.0)
+        clock.refresh()
+        assert [proc.pid for proc in clock.procs] == [root.pid]
+    finally:
+        root.kill()
+        root.wait()
