@@ -311,6 +311,8 @@ class PacedThrottle(DutyCycle):
         self.peers = [_TreeClock(peer, match) for peer in peers]
         self.reference, self.busy, self.sample, self.burst = initial, busy, sample, burst
         self._samples: deque[float] = deque(maxlen=SAMPLES)
+        #: (monotonic time, reference, paced processes, CPU used, CPU earned) per sample
+        self.trace: deque[tuple[float, float, int, float, float]] = deque(maxlen=SAMPLES)
         self._used = 0.0
         self._earned = 0.0
 
@@ -341,12 +343,18 @@ class PacedThrottle(DutyCycle):
             if now - sampled >= self.sample:
                 peer_totals = self._measure_peers(peer_totals, now - sampled)
                 sampled = now
+                self.trace.append(
+                    (now, self.reference, len(own.procs), own.total() - started, earned - started)
+                )
             pace = self.reference / self.factor
             used = own.total()
             earned = min(earned + pace * (now - last), used + self.burst)
             last = now
             credit = earned - used
             if credit <= 0:
+                # a ClientApp started while the node owes CPU time has never been stopped
+                self._signal(own.procs, signal.SIGSTOP)
+                self._stopped = own.procs
                 self._stop.wait(min(self.period, -credit / pace))
                 continue
             tree = own.procs

@@ -549,6 +549,8 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
         record["slow_node_run_windows"] = duty.windows()
+        if isinstance(duty, PacedThrottle):
+            record["slow_node_pace"] = [list(row) for row in duty.trace]
     record["results"] = results
     record["verdicts"] = verdicts(results, args.target)
     if args.repeats > 1:

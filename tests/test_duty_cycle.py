@@ -83,19 +83,19 @@ def test_the_paced_throttle_holds_matching_processes_at_a_fraction_of_a_busy_pee
         [
             sys.executable,
             "-c",
-            "import subprocess, sys\n"
+            "import subprocess, sys, time\n"
             # the child's mark is put together here, so the root's own command line lacks it
             f"mark = {MARK[:3]!r} + {MARK[3:]!r}\n"
+            "time.sleep(0.5)\n"  # the child starts under the throttle, as a ClientApp does
             "subprocess.Popen([sys.executable, '-c', 'while True: pass  # ' + mark])\n"
             "while True: pass",
         ]
     )
     try:
-        time.sleep(0.5)
-        (child,) = psutil.Process(root.pid).children()
         pids = [peer.pid for peer in peers]
         with duty_cycle.PacedThrottle(root.pid, pids, 4.0, match=MARK, sample=0.25) as paced:
-            time.sleep(0.6)  # the first references come in
+            time.sleep(1.2)  # the child starts and the first references come in
+            (child,) = psutil.Process(root.pid).children()
             p0, c0, r0 = (
                 _cpu(duty_cycle, pids),
                 _cpu(duty_cycle, [child.pid]),
