@@ -236,14 +236,21 @@ class _TreeClock:
             tree = []
         self.procs = [proc for proc in tree if self._matching(proc)]
 
-    def total(self) -> float:
-        """Return the CPU seconds of every (matching) process seen in the tree so far."""
+    def total(self, grace: float = 0.0) -> float:
+        """Return the CPU seconds of every (matching) process seen in the tree so far.
+
+        A process's first ``grace`` CPU seconds are not counted (:meth:`past_grace`).
+        """
         for proc in self.procs:
             pid = proc.pid
             cpu = process_cpu(pid)
-            if cpu is not None and cpu >= self._seen.get(pid, 0.0):
-                self._seen[pid] = cpu
+            if cpu is not None and cpu - grace > self._seen.get(pid, 0.0):
+                self._seen[pid] = cpu - grace
         return math.fsum(self._seen.values())
+
+    def past_grace(self) -> list[psutil.Process]:
+        """The processes that have used more than their grace (seen by :meth:`total`)."""
+        return [proc for proc in self.procs if self._seen.get(proc.pid, 0.0) > 0.0]
 
 
 class PacedThrottle(DutyCycle):
@@ -265,6 +272,11 @@ class PacedThrottle(DutyCycle):
     speed. Pacing the whole tree at a tenth of a peer that shares 2 cores with 7 others
     (about 0.025 core) broke Flower's liveness rules in the twenty-third session: the
     ClientApp's task token was revoked and the SuperLink reported the node unavailable.
+    Pacing the ClientApps from their first instruction broke them too: Flower's runtime
+    revokes a ClientApp's task token unless its first task heartbeat comes within 30 s
+    (``HEARTBEAT_DEFAULT_INTERVAL``), and at a fortieth of a core a ClientApp's start-up
+    (Python and flwr imports) takes longer than that. ``grace`` CPU seconds of each process
+    therefore run at the host's speed and are not counted; pacing starts after them.
 
     Parameters
     ----------
@@ -288,6 +300,8 @@ class PacedThrottle(DutyCycle):
         Seconds between two measurements of the peers.
     burst : float (default: 0.005)
         Most CPU seconds of credit the throttled processes may hold.
+    grace : float (default: 0.0)
+        CPU seconds each paced process runs unpaced and uncounted before pacing starts.
     """
 
     def __init__(
@@ -301,8 +315,12 @@ class PacedThrottle(DutyCycle):
         busy: float = 0.05,
         sample: float = 0.5,
         burst: float = 0.005,
+        grace: float = 0.0,
     ) -> None:
         super().__init__(pid, factor, period=period)
+        if not grace >= 0:
+            raise ValueError(f"grace must be >= 0 CPU seconds, got {grace!r}")
+        self.grace = grace
         if initial is None:
             initial = (os.cpu_count() or 1) / (len(peers) + 1)
         if not initial > 0:
@@ -334,7 +352,7 @@ class PacedThrottle(DutyCycle):
         refreshed = sampled = last = time.monotonic()
         own.refresh()
         peer_totals = self._measure_peers([], 0.0)
-        started = earned = own.total()
+        started = earned = used = own.total(self.grace)
         while not self._stop.is_set():
             now = time.monotonic()
             if now - refreshed >= self.refresh:
@@ -344,20 +362,20 @@ class PacedThrottle(DutyCycle):
                 peer_totals = self._measure_peers(peer_totals, now - sampled)
                 sampled = now
                 self.trace.append(
-                    (now, self.reference, len(own.procs), own.total() - started, earned - started)
+                    (now, self.reference, len(own.past_grace()), used - started, earned - started)
                 )
             pace = self.reference / self.factor
-            used = own.total()
+            used = own.total(self.grace)
             earned = min(earned + pace * (now - last), used + self.burst)
             last = now
             credit = earned - used
             if credit <= 0:
                 # a ClientApp started while the node owes CPU time has never been stopped
-                self._signal(own.procs, signal.SIGSTOP)
-                self._stopped = own.procs
+                self._stopped = own.past_grace()
+                self._signal(self._stopped, signal.SIGSTOP)
                 self._stop.wait(min(self.period, -credit / pace))
                 continue
-            tree = own.procs
+            tree = own.past_grace()
             self._signal(tree, signal.SIGCONT)
             opened = time.monotonic()
             time.sleep(min(self.period, max(shortest, credit)))
@@ -366,7 +384,7 @@ class PacedThrottle(DutyCycle):
             self._stopped = tree
             self._windows.append(closed - opened)
             self._span = (opened if self._span is None else self._span[0], closed)
-            self._used, self._earned = own.total() - started, earned - started
+            self._used, self._earned = own.total(self.grace) - started, earned - started
         self._signal(self._tree(), signal.SIGCONT)
         self._signal(self._stopped, signal.SIGCONT)
 

@@ -431,6 +431,13 @@ def build_parser() -> argparse.ArgumentParser:
         "recorded as stalled, and the benchmark goes on; its repeat is left out of the medians",
     )
     parser.add_argument(
+        "--grace",
+        type=float,
+        default=1.5,
+        help="paced: CPU seconds of each ClientApp left unpaced, its start-up up to its "
+        "first task heartbeat (Flower revokes a task whose heartbeat is 30 s late)",
+    )
+    parser.add_argument(
         "--idle-timeout",
         type=float,
         default=180.0,
@@ -507,7 +514,9 @@ def main(argv: list[str] | None = None) -> int:
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
         peers = [proc.pid for index, proc in dep.nodes.items() if index != args.nodes - 1]
         throttle = (
-            PacedThrottle(slow.pid, peers, args.slow_factor, match="flwr-clientapp")
+            PacedThrottle(
+                slow.pid, peers, args.slow_factor, match="flwr-clientapp", grace=args.grace
+            )
             if args.throttle == "paced"
             else DutyCycle(slow.pid, args.slow_factor)
         )
