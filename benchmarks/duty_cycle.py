@@ -12,8 +12,11 @@ cores: 8 ClientApps on 2 cores get about a quarter of a core each, and the sched
 tree that was stopped first when it resumes, so the throttled tree gets close to a full core
 in each of its windows. Measured over runs 25-27 (``docs/benchmarks/deployment.md``), the
 node "slowed 10x" took 35-53 s per job against the others' 19-22 s: about 2x in fact.
-:class:`PacedThrottle` holds the tree's CPU rate at ``1 / factor`` of what the other nodes'
-busy trees get, so that its jobs take ``factor`` times as long as theirs.
+:class:`PacedThrottle` (twenty-third session) holds the CPU rate of the node's ClientApp
+processes at ``1 / factor`` of a busy peer ClientApp's steady rate. Flower's runtime sets
+the limit of how far that can go on one host: a ClientApp must send its first task heartbeat
+within 30 s, so each one's start-up runs unpaced (``grace``), and the node's jobs came out
+about 5x as long as the others' (the first FedAvg rounds: 119-133 s against waves of 20-25 s).
 
 A period of 100 ms (10 ms running, 90 ms stopped) is not a slow CPU at the time scale of the
 profiler. A quick profile sizes its timed run from the (throttled) rate it measured while

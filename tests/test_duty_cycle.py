@@ -166,3 +166,27 @@ def test_a_process_is_matched_once_it_has_called_exec() -> None:
     finally:
         root.kill()
         root.wait()
+
+
+def test_a_process_is_counted_and_paced_only_past_its_grace() -> None:
+    duty_cycle = load_benchmark("duty_cycle")
+    script = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
+    root = subprocess.Popen([sys.executable, "-c", script + f"time.sleep(30)  # {MARK}"])
+    try:
+        clock = duty_cycle._TreeClock(root.pid, MARK)
+        clock.refresh()
+        time.sleep(1.0)  # it has used its 0.3 s of CPU (and its start-up) and sleeps
+        cpu = duty_cycle.process_cpu(root.pid)
+        assert cpu is not None
+        assert cpu >= 0.3
+        assert clock.total(grace=0.1) == pytest.approx(cpu - 0.1, abs=0.01)
+        assert [proc.pid for proc in clock.past_grace()] == [root.pid]
+        fresh = duty_cycle._TreeClock(root.pid, MARK)
+        fresh.refresh()
+        assert fresh.total(grace=10.0) == 0.0  # within its grace: not counted, not paced
+        assert fresh.past_grace() == []
+    finally:
+        root.kill()
+        root.wait()
+    with pytest.raises(ValueError, match="grace"):
+        duty_cycle.PacedThrottle(1, [2], 4.0, grace=-1.0)
