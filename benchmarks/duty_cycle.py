@@ -16,7 +16,8 @@ node "slowed 10x" took 35-53 s per job against the others' 19-22 s: about 2x in 
 processes at ``1 / factor`` of a busy peer ClientApp's steady rate. Flower's runtime sets
 the limit of how far that can go on one host: a ClientApp must send its first task heartbeat
 within 30 s, so each one's start-up runs unpaced (``grace``), and the node's jobs came out
-about 5x as long as the others' (the first FedAvg rounds: 119-133 s against waves of 20-25 s).
+3.8-4.9x as long as the others' (runs 29-30: FedAvg's rounds 109-121 s against waves of
+20-25 s).
 
 A period of 100 ms (10 ms running, 90 ms stopped) is not a slow CPU at the time scale of the
 profiler. A quick profile sizes its timed run from the (throttled) rate it measured while
