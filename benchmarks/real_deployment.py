@@ -7,10 +7,12 @@ cannot see: a duty-cycle throttle stops its whole process tree (the SuperNode, e
 with SIGSTOP and lets it run with SIGCONT (``benchmarks/duty_cycle.py``). Since the
 twenty-third session the default throttle (``--throttle paced``) holds the CPU rate of the
 node's ClientApp processes (its training, its profile's probe, their start-up) at
-``1 / slow_factor`` of a busy peer ClientApp's steady rate, so that its jobs take about
-``slow_factor`` times as long as the others' (each result records the ratio measured,
-``slowdown``); the SuperNode's runtime keeps a peer's speed, as pacing it too broke Flower's
-heartbeats (:class:`duty_cycle.PacedThrottle`). Runs 1-27 used ``--throttle duty``: the
+``1 / slow_factor`` of a busy peer ClientApp's steady rate, after each ClientApp's first
+``--grace`` CPU seconds (its start-up, which Flower needs to end in its first task heartbeat
+within 30 s). The SuperNode's runtime keeps a peer's speed, as pacing it too broke Flower's
+heartbeats (:class:`duty_cycle.PacedThrottle`). Its jobs then take as many times longer as
+Flower's runtime allows on one host: 3.8-4.9x the others' in runs 29-30 (each result records
+the ratio measured, ``slowdown``). Runs 1-27 used ``--throttle duty``: the
 node's whole tree runs for ``1 / slow_factor`` of every 10 ms (100 ms until the twenty-first
 session), a CPU 10x slower than a whole core; with 8 nodes sharing 2 cores that made its jobs
 only about 2x as long as the others'. The enrollment profile (``--enroll``) rates the node
@@ -395,8 +397,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("paced", "duty"),
         default="paced",
         help="paced: the slowed node's ClientApps get 1/slow-factor of a busy peer's CPU rate "
-        "(its jobs take about slow-factor times as long); duty (runs 1-27): its whole tree "
-        "runs 1/slow-factor of the time",
+        "after their --grace (runs 29-30: its jobs took 3.8-4.9x the others'); duty (runs "
+        "1-27): its whole tree runs 1/slow-factor of the time (about 2x the others' jobs)",
     )
     parser.add_argument("--strategies", default="fedavg,edge,fedbuff,fedasync")
     parser.add_argument("--fedavg-rounds", type=int, default=6)
