@@ -46,7 +46,7 @@ from collections import deque
 
 import psutil
 
-__all__ = ["DutyCycle", "PacedThrottle", "process_cpu", "reference_rate"]
+__all__ = ["DutyCycle", "PacedThrottle", "process_cpu", "process_tree", "reference_rate"]
 
 #: the controlling thread's nice value when the process may raise its priority
 BOOSTED_NICE = -10
@@ -99,11 +99,7 @@ class DutyCycle:
         self._span: tuple[float, float] | None = None  # first SIGCONT, last SIGSTOP
 
     def _tree(self) -> list[psutil.Process]:
-        try:
-            root = psutil.Process(self.pid)
-            return [root, *root.children(recursive=True)]
-        except psutil.Error:
-            return []
+        return process_tree(self.pid)
 
     def _signal(self, procs: list[psutil.Process], sig: int) -> None:
         for proc in procs:
@@ -184,6 +180,15 @@ class DutyCycle:
         self._signal(self._tree(), signal.SIGCONT)
 
 
+def process_tree(pid: int) -> list[psutil.Process]:
+    """Return process ``pid`` and its descendants (empty once it is gone)."""
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
 def process_cpu(pid: int) -> float | None:
     """Return the CPU seconds of process ``pid`` (all its threads), or None once it is gone.
 
@@ -233,12 +238,7 @@ class _TreeClock:
 
     def refresh(self) -> None:
         """Look the tree's processes up again (a ClientApp started since is counted)."""
-        try:
-            root = psutil.Process(self.pid)
-            tree = [root, *root.children(recursive=True)]
-        except psutil.Error:
-            tree = []
-        self.procs = [proc for proc in tree if self._matching(proc)]
+        self.procs = [proc for proc in process_tree(self.pid) if self._matching(proc)]
 
     def total(self, grace: float = 0.0) -> float:
         """Return the CPU seconds of every (matching) process seen in the tree so far.
