@@ -173,9 +173,9 @@ def test_a_process_is_counted_and_paced_only_past_its_grace() -> None:
     script = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
     root = subprocess.Popen([sys.executable, "-c", script + f"time.sleep(30)  # {MARK}"])
     try:
-        clock = duty_cycle._TreeClock(root.pid, MARK)
-        clock.refresh()
         time.sleep(1.0)  # it has used its 0.3 s of CPU (and its start-up) and sleeps
+        clock = duty_cycle._TreeClock(root.pid, MARK)
+        clock.refresh()  # after its exec: right after Popen its command line may lack the mark
         cpu = duty_cycle.process_cpu(root.pid)
         assert cpu is not None
         assert cpu >= 0.3
