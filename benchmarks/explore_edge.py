@@ -352,7 +352,9 @@ def _server_opt(strategy: Any, spec: dict[str, Any]) -> None:
     seeds 0 and 1, FedAdam ``beta1 = 0``, bit for bit), and ran the optimizer twice once the
     library's own sum took an optimizer, so the copy is gone.
     """
-    unknown = set(spec) - {"kind", "beta1", "beta2", "tau", "lr", "lr_scale", "bias_correction"}
+    rprop = ("grow", "shrink", "max_rate", "min_rate")
+    known = {"kind", "beta1", "beta2", "tau", "lr", "lr_scale", "bias_correction", *rprop}
+    unknown = set(spec) - known
     if unknown:
         raise ValueError(f"server_opt: unknown keys {sorted(unknown)}")
     if strategy.aggregate != "deltas":
@@ -363,6 +365,7 @@ def _server_opt(strategy: Any, spec: dict[str, Any]) -> None:
         beta2=float(spec.get("beta2", 0.99)),
         tau=float(spec.get("tau", 1e-3)),
         bias_correction=bool(spec.get("bias_correction", False)),
+        **{key: float(spec[key]) for key in rprop if key in spec},
     )
     strategy.server_optimizer = strategy.server_opt.build()
     strategy.server_lr = float(spec.get("lr", strategy.server_lr)) * float(

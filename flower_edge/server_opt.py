@@ -23,7 +23,10 @@ the global model its job started from), weighted by ``w_i`` (in the edge strateg
   al., "Adaptive Federated Optimization", ICLR 2021): ``"sgd"`` (``u = s``), ``"momentum"``
   (FedAvgM: ``m <- beta1 m + s``, ``u = m``), ``"adam"`` (FedAdam: ``m <- beta1 m +
   (1 - beta1) s``, ``v <- beta2 v + (1 - beta2) s^2``, ``u = m / (sqrt(v) + tau)``, no bias
-  correction, as in the paper).
+  correction, as in the paper), ``"sign"`` (a server signSGD step, ``u = sign(s)``) and
+  ``"rprop"`` (Rprop, Riedmiller and Braun, ICNN 1993, in its variant without
+  backtracking: ``u = r * sign(s)`` with a per-coordinate rate ``r`` that grows by
+  ``grow`` while the step's sign holds and shrinks by ``shrink`` when it flips).
 * :func:`staleness_scale` -- a staleness-adaptive server learning rate: the mean over the
   buffer of FedBuff's ``1 / sqrt(1 + tau_i)`` (``tau_i`` the versions published since update
   i's base), which shrinks steps made of stale deltas.
@@ -76,7 +79,7 @@ __all__ = [
 Array = NDArray
 Float64s = list[npt.NDArray[np.float64]]
 
-OptimizerName = Literal["sgd", "momentum", "adam", "sign"]
+OptimizerName = Literal["sgd", "momentum", "adam", "sign", "rprop"]
 OPTIMIZERS: tuple[str, ...] = get_args(OptimizerName)
 CacheDivisor = Literal["nodes", "seen"]
 CACHE_DIVISORS: tuple[str, ...] = get_args(CacheDivisor)
@@ -336,7 +339,7 @@ class ServerOptConfig:
 
     Parameters
     ----------
-    kind : {"sgd", "momentum", "adam", "sign"} (default: "adam")
+    kind : {"sgd", "momentum", "adam", "sign", "rprop"} (default: "adam")
         As :class:`ServerOptimizer`'s.
     beta1 : float (default: 0.0)
         Momentum, in ``[0, 1)``; 0 with ``"adam"`` divides each step by the running RMS of
@@ -347,6 +350,8 @@ class ServerOptConfig:
         Adaptivity of ``"adam"`` (``> 0``).
     bias_correction : bool (default: False)
         As :class:`ServerOptimizer`'s.
+    grow, shrink, max_rate, min_rate : float (defaults: 1.2, 0.5, 4.0, 0.25)
+        ``"rprop"``'s, as :class:`ServerOptimizer`'s.
     """
 
     kind: OptimizerName = "adam"
@@ -354,6 +359,10 @@ class ServerOptConfig:
     beta2: float = 0.99
     tau: float = 1e-3
     bias_correction: bool = False
+    grow: float = 1.2
+    shrink: float = 0.5
+    max_rate: float = 4.0
+    min_rate: float = 0.25
 
     def __post_init__(self) -> None:
         self.build()  # validates every field, naming it
@@ -366,6 +375,10 @@ class ServerOptConfig:
             beta2=self.beta2,
             tau=self.tau,
             bias_correction=self.bias_correction,
+            grow=self.grow,
+            shrink=self.shrink,
+            max_rate=self.max_rate,
+            min_rate=self.min_rate,
         )
 
 
@@ -374,9 +387,14 @@ class ServerOptimizer:
 
     Parameters
     ----------
-    kind : {"sgd", "momentum", "adam", "sign"} (default: "sgd")
+    kind : {"sgd", "momentum", "adam", "sign", "rprop"} (default: "sgd")
         ``"sgd"``: the direction is the step; ``"sign"``: its sign, coordinate by coordinate
         (a server signSGD step of ``lr`` per coordinate; no state but the step count);
+        ``"rprop"``: the sign times a rate per coordinate, ``r <- min(r * grow, max_rate)``
+        when the sign is the previous step's, ``max(r * shrink, min_rate)`` when it flipped,
+        ``r`` unchanged after a zero (Rprop without backtracking; ``r`` starts at 1, so the
+        first step is ``"sign"``'s). Its state is ``r`` and the previous sign, kept in the
+        ``"m"`` and ``"v"`` slots of :meth:`state`;
         ``"momentum"``: FedAvgM, ``m <- beta1 m + s``;
         ``"adam"``: FedAdam, ``u = m / (sqrt(v) + tau)`` (no bias correction).
     beta1 : float (default: 0.9)
@@ -389,6 +407,12 @@ class ServerOptimizer:
         ``"adam"`` only: divide ``m`` by ``1 - beta1^t`` and ``v`` by ``1 - beta2^t`` at step
         ``t`` (Kingma and Ba's Adam). Without it (the paper's FedAdam) ``v`` starts near 0 and
         the first steps are about ``1 / sqrt(1 - beta2)`` times larger than later ones.
+    grow : float (default: 1.2)
+        ``"rprop"``: factor of a rate whose sign held, ``>= 1``.
+    shrink : float (default: 0.5)
+        ``"rprop"``: factor of a rate whose sign flipped, in ``(0, 1]``.
+    max_rate, min_rate : float (defaults: 4.0, 0.25)
+        ``"rprop"``: bounds of the rates, ``0 < min_rate <= 1 <= max_rate``.
     """
 
     def __init__(
@@ -399,11 +423,23 @@ class ServerOptimizer:
         beta2: float = 0.99,
         tau: float = 1e-3,
         bias_correction: bool = False,
+        grow: float = 1.2,
+        shrink: float = 0.5,
+        max_rate: float = 4.0,
+        min_rate: float = 0.25,
     ) -> None:
         validate.choice("kind", kind, OPTIMIZERS, error=InputError)
         for name, value in (("beta1", beta1), ("beta2", beta2)):
             validate.probability(name, value, allow_one=False, error=InputError)
         validate.number("tau", tau, low=0.0, low_inclusive=False, error=InputError)
+        validate.number("grow", grow, low=1.0, high=100.0, error=InputError)
+        validate.number("shrink", shrink, low=0.0, low_inclusive=False, high=1.0, error=InputError)
+        validate.number("max_rate", max_rate, low=1.0, high=1e6, error=InputError)
+        validate.number(
+            "min_rate", min_rate, low=0.0, low_inclusive=False, high=1.0, error=InputError
+        )
+        self.grow, self.shrink = float(grow), float(shrink)
+        self.max_rate, self.min_rate = float(max_rate), float(min_rate)
         self.kind: OptimizerName = kind
         self.beta1 = float(beta1)
         self.beta2 = float(beta2)
@@ -432,6 +468,20 @@ class ServerOptimizer:
             cm, cv = 1.0 - self.beta1**t, 1.0 - self.beta2**t
         return [(mi / cm) / (np.sqrt(vi / cv) + self.tau) for mi, vi in zip(m, v, strict=True)]
 
+    def _rprop(self, step: Float64s) -> tuple[Float64s, Float64s]:
+        """Return ``"rprop"``'s new rates and the new signs (the direction is their product)."""
+        rates0 = self.m if self.m is not None else [np.ones_like(s) for s in step]
+        signs0 = self.v if self.v is not None else [np.zeros_like(s) for s in step]
+        rates, signs = [], []
+        for r, p, s in zip(rates0, signs0, step, strict=True):
+            g = np.sign(s)
+            agree = g * p
+            grown = np.minimum(r * self.grow, self.max_rate)
+            shrunk = np.maximum(r * self.shrink, self.min_rate)
+            rates.append(np.where(agree > 0, grown, np.where(agree < 0, shrunk, r)))
+            signs.append(g)
+        return rates, signs
+
     def _stateless(self, s: Float64s) -> Float64s:
         """Return the direction of ``"sgd"`` (the step) or ``"sign"`` (its sign): no moments."""
         return s if self.kind == "sgd" else [np.sign(x) for x in s]
@@ -441,6 +491,8 @@ class ServerOptimizer:
         s = _f64(step)
         if self.kind in ("sgd", "sign"):
             return self._stateless(s)
+        if self.kind == "rprop":
+            return [r * g for r, g in zip(*self._rprop(s), strict=True)]
         return self._direction(*self._moments(s), self.steps + 1)
 
     def apply(self, step: Sequence[Array]) -> Float64s:
@@ -449,6 +501,10 @@ class ServerOptimizer:
         if self.kind in ("sgd", "sign"):
             self.steps += 1
             return self._stateless(s)
+        if self.kind == "rprop":
+            self.m, self.v = self._rprop(s)
+            self.steps += 1
+            return [r * g for r, g in zip(self.m, self.v, strict=True)]
         self.m, self.v = self._moments(s)
         self.steps += 1
         return self._direction(self.m, self.v, self.steps)

@@ -158,6 +158,9 @@ def _departure(name: str, value: Any, seed: Any) -> str:
             "adam": f"FedAdam (beta1 {value.beta1:g}, beta2 {value.beta2:g}, tau {value.tau:g}"
             + (", bias-corrected" if value.bias_correction else "")
             + ")",
+            "rprop": "Rprop on the sign of the mean delta: a rate per coordinate grows "
+            f"x{value.grow:g} while the sign holds, shrinks x{value.shrink:g} when it flips, "
+            f"within [{value.min_rate:g}, {value.max_rate:g}] x server_lr",
         }[value.kind]
         return f"server_opt={value.kind}: {what} (seed: the plain average)"
     if name == "serve_better":

@@ -138,9 +138,57 @@ def test_drop_worst_commits_the_step_of_the_update_it_left_out(
     assert any(key is not None for key in committed)  # something was left out
 
 
-def test_a_resumed_run_continues_with_the_saved_moments(tmp_path: Path) -> None:
+def _rprop_by_hand(
+    steps: list[np.ndarray], grow: float, shrink: float, lo: float, hi: float
+) -> list[np.ndarray]:
+    """Rprop without backtracking, coordinate by coordinate in plain Python loops."""
+    rates = [1.0] * steps[0].size
+    prev = [0.0] * steps[0].size
+    out = []
+    for step in steps:
+        direction = []
+        for j, value in enumerate(step.ravel().tolist()):
+            g = (value > 0) - (value < 0)
+            if g * prev[j] > 0:
+                rates[j] = min(rates[j] * grow, hi)
+            elif g * prev[j] < 0:
+                rates[j] = max(rates[j] * shrink, lo)
+            prev[j] = g
+            direction.append(rates[j] * g)
+        out.append(np.array(direction).reshape(step.shape))
+    return out
+
+
+def test_rprop_grows_a_rate_while_its_sign_holds_and_shrinks_it_when_it_flips() -> None:
+    rng = np.random.default_rng(5)
+    steps = [rng.normal(size=(4, 3)) for _ in range(12)]
+    steps[3][0, 0] = 0.0  # a zero step: no move, the rate kept
+    cfg = ServerOptConfig("rprop", grow=1.5, shrink=0.4, min_rate=0.2, max_rate=3.0)
+    opt = cfg.build()
+    want = _rprop_by_hand(steps, 1.5, 0.4, 0.2, 3.0)
+    for k, (step, expected) in enumerate(zip(steps, want, strict=True)):
+        peeked = opt.peek([step])
+        np.testing.assert_allclose(opt.peek([step])[0], peeked[0])  # peeking changed nothing
+        (got,) = opt.apply([step])
+        np.testing.assert_allclose(got, expected, rtol=1e-12, err_msg=f"step {k}")
+        np.testing.assert_allclose(peeked[0], expected, rtol=1e-12)
+    assert opt.steps == 12
+    same = [np.abs(steps[0])] * 20  # the same sign every time: the rate reaches its cap
+    capped = ServerOptConfig("rprop").build()
+    for step in same:
+        (direction,) = capped.apply([step])
+    np.testing.assert_allclose(direction, np.full((4, 3), 4.0))
+    first = ServerOptConfig("rprop").build().apply([steps[0]])[0]
+    np.testing.assert_array_equal(first, np.sign(steps[0]))  # the first step is "sign"'s
+
+
+@pytest.mark.parametrize(
+    "cfg", [ServerOptConfig("adam", beta1=0.5), ServerOptConfig("rprop", shrink=0.7)]
+)
+def test_a_resumed_run_continues_with_the_saved_moments(
+    tmp_path: Path, cfg: ServerOptConfig
+) -> None:
     """K = n - 1: every node in every round, so nothing is in flight at the checkpoint."""
-    cfg = ServerOptConfig("adam", beta1=0.5)
     whole = _run(_strategy(cfg, 3, server_lr=0.01), 4)
     _run(_strategy(cfg, 3, server_lr=0.01, checkpoint_dir=tmp_path), 2)
     assert [p.name for p in tmp_path.glob("server-opt-*.npz")] == [OPTIMIZER_FILE.format(2)]
@@ -177,7 +225,16 @@ def test_bad_settings_name_the_field(options: dict, error: type, match: str) -> 
 
 @pytest.mark.parametrize(
     ("fields", "match"),
-    [({"kind": "lamb"}, "kind"), ({"beta1": 1.0}, "beta1"), ({"tau": 0.0}, "tau")],
+    [
+        ({"kind": "lamb"}, "kind"),
+        ({"beta1": 1.0}, "beta1"),
+        ({"tau": 0.0}, "tau"),
+        ({"kind": "rprop", "grow": 0.9}, "grow"),
+        ({"kind": "rprop", "shrink": 0.0}, "shrink"),
+        ({"kind": "rprop", "min_rate": 1.5}, "min_rate"),
+        ({"kind": "rprop", "max_rate": 0.5}, "max_rate"),
+        ({"kind": "rprop", "max_rate": float("nan")}, "max_rate"),
+    ],
 )
 def test_a_bad_config_names_its_field(fields: dict, match: str) -> None:  # type: ignore[type-arg]
     with pytest.raises(InputError, match=match):

@@ -296,3 +296,14 @@ def test_a_cap_of_one_epoch_reads_one_epoch() -> None:
     s = SimSettings.create("digits-20", "edge")
     one = replace(s, scenario=replace(s.scenario, edge_max_epochs=1.0))
     assert "shares capped at 1 epoch of each node's own data (seed: uncapped)" in departures(one)
+
+
+def test_every_server_optimizer_kind_is_described() -> None:
+    """A scenario may run any of the library's server optimizers; each names its rule."""
+    from flower_edge.server_opt import OPTIMIZERS, ServerOptConfig
+    from simulations.presets import _departure
+
+    texts = {kind: _departure("server_opt", ServerOptConfig(kind), None) for kind in OPTIMIZERS}  # type: ignore[arg-type]
+    assert len(set(texts.values())) == len(OPTIMIZERS)
+    assert "x1.2 while the sign holds" in texts["rprop"]
+    assert all(text.startswith(f"server_opt={kind}: ") for kind, text in texts.items())
