@@ -18,6 +18,10 @@ strategy. A variant is ``label:JSON`` with any of these keys:
     The exponent ``a`` of the preset's polynomial decay ``(1 + dt)^-a`` (0.5), and the
     quantile of the live scores that the derived abandon threshold takes (0.5; higher: fewer
     nodes abandon) (issue 10, nineteenth session).
+``step_search``
+    The library's server line search, ``ValuationConfig(step_search=[...])`` (issue 10,
+    twenty-fourth session): the step scaled by the factor that scores best on the server's
+    validation set, after ``drop_worst``'s choice (``line_search`` is the older wrapper).
 ``nostop``
     No plateau stop (the round budget only). A run without the stop has the same history
     as with it up to the aggregation where the stop would have ended it, so a stop rule can
@@ -626,6 +630,9 @@ def _change(s: Any, settings: SimSettings, variant: dict[str, Any]) -> None:
         if key in variant:
             setattr(s, key, variant[key])
     _rules(s, variant)
+    if "step_search" in variant:  # the library's ValuationConfig(step_search=...)
+        factors = tuple(float(c) for c in variant["step_search"])
+        s.valuation = dataclasses.replace(s.valuation, step_search=factors)
     if variant.get("nova") or variant.get("wdata"):
         s.combine = _data_weighted(s, normalise=bool(variant.get("nova")))
     if variant.get("tau_decay"):

@@ -389,6 +389,13 @@ class ValuationConfig:
         the values do not already make (``"loo"`` only). It selects on ``evaluate_fn``'s
         metric: give it a validation metric (e.g. ``metric_key="val-loss"`` on a server-held
         validation set), never the test set the run is reported on.
+    step_search : tuple of float (default: ())
+        Not in the seed: after the step (and ``drop_worst``'s choice) the server also tries
+        the moves ``x + c (x_new - x)`` for each ``c`` (``x`` the global model before the
+        aggregation, ``x_new`` after it; float tensors only) and keeps the one that scores
+        best on ``metric_key``; ``x_new`` itself (``c = 1``) wins ties. One ``evaluate_fn``
+        call per ``c``; a server line search on the validation set the values already use.
+        Each ``c`` in ``(0, 100]``; empty: off.
     """
 
     mode: ValuationMode = "loo"
@@ -397,9 +404,17 @@ class ValuationConfig:
     gradient_fn: GradientFn | None = None
     evaluate_many_fn: EvaluateManyFn | None = None
     drop_worst: bool = False
+    step_search: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         _choice("valuation mode", self.mode, VALUATION_MODES)
+        if isinstance(self.step_search, str) or not isinstance(self.step_search, Sequence):
+            got = type(self.step_search).__name__
+            raise ConfigError(f"step_search must be a tuple of step factors, got {got}")
+        factors = validate.numbers(
+            "step_search", self.step_search, low=0.0, low_inclusive=False, high=100.0
+        )
+        object.__setattr__(self, "step_search", tuple(float(c) for c in factors))
         validate.text("metric_key", self.metric_key)
         validate.boolean("higher_is_better", self.higher_is_better)
         if self.mode == "first-order" and self.gradient_fn is None:

@@ -24,7 +24,7 @@ from flwr.app import Array, ArrayRecord, MetricRecord
 from flwr.common.logger import log
 
 from flower_edge.aggregation import WeightedSum
-from flower_edge.arrays import NDArray
+from flower_edge.arrays import NDArray, cast_like
 from flower_edge.errors import ConfigError, FlowerEdgeError, InputError
 from flower_edge.valuation import (
     first_order_contributions,
@@ -212,6 +212,11 @@ class ServerEvaluation:
         return float(value)
 
     @property
+    def searches(self) -> bool:
+        """Whether aggregations scale their step by the best ``step_search`` factor."""
+        return bool(self.config.step_search) and self.enabled and self.evaluate_fn is not None
+
+    @property
     def drops(self) -> bool:
         """Whether aggregations may leave out their worst update (``drop_worst``)."""
         return self.config.drop_worst and self.enabled and self.evaluate_fn is not None
@@ -318,7 +323,10 @@ def evaluate_served(
     evaluation = loop.evaluation
     full, scored, dropped = step.full, step.full_at > 0, step.dropped is not None
     if loop.average is None:
-        if scored and not dropped:
+        metrics: MetricRecord | None
+        if step.searched is not None:
+            metrics, at = step.searched, step.searched_at
+        elif scored and not dropped:
             metrics, at = full, step.full_at
         else:
             metrics = evaluation.evaluate(rnd, loop.global_arrays)
@@ -329,21 +337,41 @@ def evaluate_served(
     if not scored and evaluation.enabled:
         own = evaluation.evaluate(rnd, loop.global_arrays)
         own_at = evaluation.calls
+    # the global model's metrics (or only its valuation metric) when known
+    glob: MetricRecord | None = own
+    glob_at, known = own_at, None
+    if step.searched is not None:
+        glob, glob_at = step.searched, step.searched_at
+    elif step.dropped is not None:
+        glob, glob_at, known = None, 0, step.chosen_metric(evaluation)
     loop.served = loop.average.update(loop.global_arrays)
     served = evaluation.evaluate(rnd, loop.served)
     at = evaluation.calls
     loop.serving_global = False
     if loop.strategy.serve_better:
         before = evaluation.calls
-        if step.dropped is not None:  # (``dropped``, narrowed for the index)
-            known = None if step.without is None else step.without[step.dropped]
-            served = serve_better_of(loop, rnd, served, None, known)
-        else:
-            served = serve_better_of(loop, rnd, served, own, None)
+        served = serve_better_of(loop, rnd, served, glob, known)
         if loop.serving_global:  # scored here (last), or known before the average
-            at = evaluation.calls if evaluation.calls != before else own_at
+            at = evaluation.calls if evaluation.calls != before else glob_at
     evaluation.evaluate_last(rnd, loop.served, at)
     return served, own
+
+
+def scaled_move(base: Sequence[NDArray], arrays: Sequence[NDArray], factor: float) -> list[NDArray]:
+    """Return ``base + factor * (arrays - base)`` for float tensors, ``arrays`` for the others.
+
+    Computed in float64 and cast back to each array's dtype; integer tensors (counters,
+    masks) keep the aggregate's values.
+    """
+    out = []
+    for a, b in zip(arrays, base, strict=True):
+        a = np.asarray(a)
+        if a.dtype.kind != "f":
+            out.append(a)
+            continue
+        b64 = np.asarray(b, dtype=np.float64)
+        out.append(cast_like(b64 + factor * (a.astype(np.float64) - b64), a))
+    return out
 
 
 def _score(sign: float, metric: float) -> float:
@@ -389,7 +417,11 @@ class Scored(NamedTuple):
 
 
 class Step(NamedTuple):
-    """The new global model of an aggregation (:meth:`of`), as ``drop_worst`` chose it."""
+    """The new global model of an aggregation (:meth:`of`), as ``drop_worst`` chose it.
+
+    With ``step_search`` the global model may then be a longer or shorter move along the
+    same step (:meth:`search`): ``scale`` is its factor and ``searched`` its metrics.
+    """
 
     arrays: list[NDArray]
     weights: list[float]
@@ -398,20 +430,71 @@ class Step(NamedTuple):
     dropped: int | None  # the update left out
     full_at: int = 0  # the evaluate_fn call that returned ``full`` (0: not evaluated here)
     error: FlowerEdgeError | None = None  # why the leave-one-out metrics could not be computed
+    scale: float = 1.0  # the step_search factor of the move that became the global model
+    searched: MetricRecord | None = None  # that model's metrics (scale != 1 only)
+    searched_at: int = 0  # the evaluate_fn call that returned ``searched``
 
     @classmethod
-    def of(cls, evaluation: ServerEvaluation, combined: Combined, rnd: int) -> Step:
+    def of(
+        cls,
+        evaluation: ServerEvaluation,
+        combined: Combined,
+        rnd: int,
+        base: Sequence[NDArray] | None = None,
+    ) -> Step:
         """Return the full aggregate, or the aggregate without its worst update (:meth:`choose`).
 
         A sum with a ``commit`` method (EdgeStrategy's with a server optimizer) is then told
         which of its models became the global one (``None``: the full aggregate; else the
         key of the update left out), so that the optimizer's state takes that step once.
+        With ``step_search`` and ``base`` (the global model before the aggregation) the move
+        from ``base`` is then scaled (:meth:`search`).
         """
         step = cls.choose(evaluation, combined, rnd)
         commit = getattr(combined.total, "commit", None)
         if commit is not None and combined.total is not None:
             commit(None if step.dropped is None else combined.total.keys[step.dropped])
+        if base is not None and evaluation.searches:
+            step = step.search(evaluation, base, rnd)
         return step
+
+    def chosen_metric(self, evaluation: ServerEvaluation) -> float | None:
+        """Return the valuation metric of :attr:`arrays` before any search, when known."""
+        if self.dropped is not None:
+            return None if self.without is None else self.without[self.dropped]
+        return evaluation.metric(self.full) if self.full_at > 0 else None
+
+    def search(self, evaluation: ServerEvaluation, base: Sequence[NDArray], rnd: int) -> Step:
+        """Return the step scaled by the ``step_search`` factor that scores best.
+
+        The move ``arrays - base`` of the float tensors is scaled by each factor ``c``;
+        integer tensors (counters, masks) keep the aggregate's values. The unscaled model
+        is scored first when its metric is not known yet (the full aggregate's metrics of
+        the values then come from that call). It wins ties; a NaN metric loses.
+        """
+        step, current = self, self.chosen_metric(evaluation)
+        if current is None and self.dropped is None:
+            metrics = evaluation.evaluate(rnd, self.arrays)
+            step = self._replace(full=metrics, full_at=evaluation.calls)
+            current = evaluation.metric(metrics)
+        if current is None:  # no valuation metric: nothing to compare
+            return step
+        sign = 1.0 if evaluation.config.higher_is_better else -1.0
+        best = _score(sign, current)
+        for factor in evaluation.config.step_search:
+            if factor == 1.0:
+                continue
+            moved = scaled_move(base, self.arrays, factor)
+            metrics = evaluation.evaluate(rnd, moved)
+            value = evaluation.metric(metrics)
+            if value is not None and _score(sign, value) > best:
+                best = _score(sign, value)
+                step = step._replace(
+                    arrays=moved, scale=factor, searched=metrics, searched_at=evaluation.calls
+                )
+        if step.scale != 1.0:
+            return step
+        return step._replace(arrays=self.arrays)
 
     @classmethod
     def choose(cls, evaluation: ServerEvaluation, combined: Combined, rnd: int) -> Step:

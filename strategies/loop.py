@@ -187,6 +187,7 @@ class EventLoop:
         self.average: ModelAverage | None = None  # set once the federation's size is known
         self.served: list[NDArray] | None = None  # the average, when there is one
         self.serving_global = False  # serve_better chose the global model at the last step
+        self.step_scale = 1.0  # step_search's factor at the last step
         self.result = Result(arrays=initial)
         self.abandoned_total = 0
         folder = strategy.checkpoint_dir
@@ -425,8 +426,10 @@ class EventLoop:
         combined = self.strategy.combine(self.global_arrays, updates, self.version, bases)
         self.version += 1
         rnd = self.version
-        step = Step.of(self.evaluation, combined, rnd)  # drop_worst may leave one update out
+        # drop_worst may leave one update out, step_search scale the move
+        step = Step.of(self.evaluation, combined, rnd, self.global_arrays)
         arrays, weights, dropped = step.arrays, step.weights, step.dropped
+        self.step_scale = step.scale
         self.global_arrays = [np.asarray(a) for a in arrays]
         self.global_record = to_record(self.keys, self.global_arrays)
         self.versions[rnd] = self.global_arrays
@@ -449,7 +452,8 @@ class EventLoop:
         metric = self.evaluation.metric(metrics)
         log(
             INFO,
-            "[%s round %d] t=%.3f participants=%s staleness=%s weights=%s values=%s metric=%s%s%s",
+            "[%s round %d] t=%.3f participants=%s staleness=%s weights=%s values=%s "
+            "metric=%s%s%s%s",
             self.name,
             rnd,
             record.time,
@@ -459,6 +463,7 @@ class EventLoop:
             [round(v, 4) for v in values],
             metric,
             "" if dropped is None else f" dropped=node {updates[dropped].node_id} (drop_worst)",
+            "" if step.scale == 1.0 else f" step=x{step.scale:g} (step_search)",
             " served=global (serve_better)" if self.serving_global else "",
         )
         self.evaluation.log_like_flower(metrics)
@@ -527,6 +532,8 @@ def _round_metrics(
     out.update(loop.abandon.metrics())
     if loop.evaluation.drops:
         out["dropped-updates"] = int(dropped is not None)
+    if loop.evaluation.searches:
+        out["step-scale"] = loop.step_scale
     if loop.average is not None and loop.strategy.serve_better:
         out["served-global"] = int(loop.serving_global)
     return out

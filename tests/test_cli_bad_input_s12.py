@@ -313,7 +313,9 @@ def test_sigterm_ends_a_simulation_as_ctrl_c_does(tmp_path: Path) -> None:
     import signal
     import subprocess
     import sys
+    import threading
     import time
+    from typing import IO
 
     out = tmp_path / "run"
     # FedBuff has no plateau stop: it runs until the signal
@@ -326,16 +328,35 @@ def test_sigterm_ends_a_simulation_as_ctrl_c_does(tmp_path: Path) -> None:
         [sys.executable, "-c", code], stderr=subprocess.PIPE, text=True, env=env
     )
     assert proc.stderr is not None
-    for line in proc.stderr:  # wait for the engine to run
-        if "starting the engine" in line:
-            break
-    time.sleep(2.0)
-    assert proc.poll() is None
-    assert out.is_dir()
-    proc.send_signal(signal.SIGTERM)
-    t0 = time.monotonic()
-    rest = proc.stderr.read()
-    assert proc.wait(timeout=60) == 130, rest
+    lines: list[str] = []
+    started = threading.Event()
+
+    def read(stream: IO[str]) -> None:  # a reader thread: every wait below has a deadline
+        for line in stream:
+            lines.append(line)
+            if "starting the engine" in line:
+                started.set()
+
+    reader = threading.Thread(target=read, args=(proc.stderr,), daemon=True)
+    reader.start()
+    try:
+        assert started.wait(timeout=120), "no 'starting the engine':\n" + "".join(lines)
+        time.sleep(2.0)
+        assert proc.poll() is None, "".join(lines)
+        assert out.is_dir()
+        proc.send_signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        try:
+            code_: int | None = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            code_ = None  # still running 60 s after SIGTERM
+        reader.join(timeout=30)
+    finally:
+        if proc.poll() is None:  # a hang: the test fails with the output so far
+            proc.kill()
+            proc.wait(timeout=30)
+    rest = "".join(lines)
+    assert code_ == 130, rest
     assert time.monotonic() - t0 < 30
     assert "flower-edge: interrupted" in rest
     assert "Traceback" not in rest

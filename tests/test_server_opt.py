@@ -262,7 +262,7 @@ def test_sgd_is_the_step_and_peek_keeps_the_state() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"kind": "lamb"}, "kind must be one of sgd, momentum, adam, sign, got 'lamb'"),
+        ({"kind": "lamb"}, "kind must be one of sgd, momentum, adam, sign, rprop, got 'lamb'"),
         ({"beta1": 1.0}, r"beta1 must be in \[0, 1\), got 1.0"),
         ({"beta2": -0.1}, r"beta2 must be in \[0, 1\), got -0.1"),
         ({"tau": 0.0}, "tau must be > 0, got 0.0"),
