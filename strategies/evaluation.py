@@ -473,7 +473,7 @@ class Step(NamedTuple):
         the values then come from that call). It wins ties; a NaN metric loses.
         """
         step, current = self, self.chosen_metric(evaluation)
-        if current is None and self.dropped is None:
+        if current is None and self.dropped is None and self.full_at == 0:
             metrics = evaluation.evaluate(rnd, self.arrays)
             step = self._replace(full=metrics, full_at=evaluation.calls)
             current = evaluation.metric(metrics)
@@ -492,9 +492,7 @@ class Step(NamedTuple):
                 step = step._replace(
                     arrays=moved, scale=factor, searched=metrics, searched_at=evaluation.calls
                 )
-        if step.scale != 1.0:
-            return step
-        return step._replace(arrays=self.arrays)
+        return step
 
     @classmethod
     def choose(cls, evaluation: ServerEvaluation, combined: Combined, rnd: int) -> Step:

@@ -187,7 +187,6 @@ class EventLoop:
         self.average: ModelAverage | None = None  # set once the federation's size is known
         self.served: list[NDArray] | None = None  # the average, when there is one
         self.serving_global = False  # serve_better chose the global model at the last step
-        self.step_scale = 1.0  # step_search's factor at the last step
         self.result = Result(arrays=initial)
         self.abandoned_total = 0
         folder = strategy.checkpoint_dir
@@ -426,10 +425,8 @@ class EventLoop:
         combined = self.strategy.combine(self.global_arrays, updates, self.version, bases)
         self.version += 1
         rnd = self.version
-        # drop_worst may leave one update out, step_search scale the move
-        step = Step.of(self.evaluation, combined, rnd, self.global_arrays)
+        step = Step.of(self.evaluation, combined, rnd, self.global_arrays)  # drop_worst, search
         arrays, weights, dropped = step.arrays, step.weights, step.dropped
-        self.step_scale = step.scale
         self.global_arrays = [np.asarray(a) for a in arrays]
         self.global_record = to_record(self.keys, self.global_arrays)
         self.versions[rnd] = self.global_arrays
@@ -446,7 +443,7 @@ class EventLoop:
         self.client_eval.start_round(rnd, self.nodes.values(), self.global_record, self.dispatcher)
         self.evaluation.record_values(record)
         self.abandon.refresh_from(self.nodes.values(), self.evaluation)
-        self.result.train_metrics_clientapp[rnd] = _round_metrics(self, record, updates, dropped)
+        self.result.train_metrics_clientapp[rnd] = _round_metrics(self, record, updates, step)
         if metrics is not None:
             self.result.evaluate_metrics_serverapp[rnd] = metrics
         metric = self.evaluation.metric(metrics)
@@ -525,15 +522,15 @@ def _wind_down(loop: EventLoop, *, top_up: bool) -> None:
 
 
 def _round_metrics(
-    loop: EventLoop, record: AggregationRecord, updates: list[Update], dropped: int | None
+    loop: EventLoop, record: AggregationRecord, updates: list[Update], step: Step
 ) -> MetricRecord:
     """Return an aggregation's train metrics: the record's, the abandon tally, the choices."""
     out = train_metrics(record, updates, loop.abandoned_total, loop.strategy.fedavg)
     out.update(loop.abandon.metrics())
     if loop.evaluation.drops:
-        out["dropped-updates"] = int(dropped is not None)
+        out["dropped-updates"] = int(step.dropped is not None)
     if loop.evaluation.searches:
-        out["step-scale"] = loop.step_scale
+        out["step-scale"] = step.scale
     if loop.average is not None and loop.strategy.serve_better:
         out["served-global"] = int(loop.serving_global)
     return out

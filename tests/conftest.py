@@ -28,6 +28,7 @@ benchmark uses them too), the real-deployment harness in ``deploy_harness.py``.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.util
 import json
 import logging
@@ -43,6 +44,7 @@ import pytest
 from fault_clients import LogCapture, capture_flwr_logs
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.serverapp.strategy import Result
 
 from flower_edge import wire
 from flower_edge.profiling import ProfilePlan
@@ -476,3 +478,52 @@ def load_benchmark(name: str) -> ModuleType:
 ANALYZE_FIELDS = frozenset(
     {"operators", "mean_intensity", "compute_share", "memory_share", "share", "includes_backward"}
 )
+
+
+# ------------------------------------------------ evaluate_fn recorders (last-call checks)
+def fingerprint(arrays: ArrayRecord) -> float:
+    """Return a number that tells models apart (48 bits of a hash: an exact float)."""
+    digest = hashlib.sha256()
+    for key in arrays:
+        digest.update(key.encode())
+        digest.update(np.ascontiguousarray(arrays[key].numpy()).tobytes())
+    return float(int.from_bytes(digest.digest()[:6], "big"))
+
+
+class Recorder:
+    """An ``evaluate_fn`` that records the round and the model of every call.
+
+    ``none_at_start``: return ``None`` for round 0, as an ``evaluate_fn`` that only saves
+    models may (the strategy cannot know that round 1 returns the metric).
+    """
+
+    def __init__(self, goal: float, *, none_at_start: bool = False) -> None:
+        self.goal = goal
+        self.none_at_start = none_at_start
+        self.calls: list[tuple[int, float]] = []
+
+    def __call__(self, rnd: int, arrays: ArrayRecord) -> MetricRecord | None:
+        fp = fingerprint(arrays)
+        self.calls.append((rnd, fp))
+        if rnd == 0 and self.none_at_start:
+            return None
+        err = abs(float(arrays["w"].numpy().astype(np.float64).mean()) - self.goal)
+        return MetricRecord({"accuracy": 1.0 / (1.0 + err), "fp": fp})
+
+    def per_round(self) -> dict[int, list[float]]:
+        out: dict[int, list[float]] = {}
+        for rnd, fp in self.calls:
+            out.setdefault(rnd, []).append(fp)
+        return out
+
+
+def check_last_calls(recorder: Recorder, result: Result, rounds: int) -> dict[int, int]:
+    """Assert that each round's last call scored the served model; return the call counts."""
+    per_round = recorder.per_round()
+    assert sorted(per_round) == list(range(rounds + 1))
+    assert [rnd for rnd, _ in recorder.calls] == sorted(rnd for rnd, _ in recorder.calls)
+    for rnd in range(1, rounds + 1):
+        served = result.evaluate_metrics_serverapp[rnd]["fp"]
+        assert per_round[rnd][-1] == served, f"round {rnd}: the last call is not the served model"
+    assert recorder.calls[-1][1] == fingerprint(result.arrays)
+    return {rnd: len(fps) for rnd, fps in per_round.items()}

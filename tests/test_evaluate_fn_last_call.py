@@ -11,66 +11,14 @@ metrics go into ``Result.evaluate_metrics_serverapp[r]`` and, after the last rou
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 
-import numpy as np
 import pytest
-from conftest import ToyEdge, make_dropin_app, model, virtual
-from flwr.app import ArrayRecord, MetricRecord
-from flwr.serverapp.strategy import Result
+from conftest import Recorder, ToyEdge, check_last_calls, make_dropin_app, model, virtual
 
 from strategies import EdgeStrategy, InProcessGrid, ShareConfig, StopConfig, ValuationConfig
 from strategies.edge import PRESET_SHARES, PRESETS
 
 SHARES = ShareConfig(profile=False, total_samples=400, rebalance="off")
-
-
-def fingerprint(arrays: ArrayRecord) -> float:
-    """Return a number that tells models apart (48 bits of a hash: an exact float)."""
-    digest = hashlib.sha256()
-    for key in arrays:
-        digest.update(key.encode())
-        digest.update(np.ascontiguousarray(arrays[key].numpy()).tobytes())
-    return float(int.from_bytes(digest.digest()[:6], "big"))
-
-
-class Recorder:
-    """An ``evaluate_fn`` that records the round and the model of every call.
-
-    ``none_at_start``: return ``None`` for round 0, as an ``evaluate_fn`` that only saves
-    models may (the strategy cannot know that round 1 returns the metric).
-    """
-
-    def __init__(self, goal: float, *, none_at_start: bool = False) -> None:
-        self.goal = goal
-        self.none_at_start = none_at_start
-        self.calls: list[tuple[int, float]] = []
-
-    def __call__(self, rnd: int, arrays: ArrayRecord) -> MetricRecord | None:
-        fp = fingerprint(arrays)
-        self.calls.append((rnd, fp))
-        if rnd == 0 and self.none_at_start:
-            return None
-        err = abs(float(arrays["w"].numpy().astype(np.float64).mean()) - self.goal)
-        return MetricRecord({"accuracy": 1.0 / (1.0 + err), "fp": fp})
-
-    def per_round(self) -> dict[int, list[float]]:
-        out: dict[int, list[float]] = {}
-        for rnd, fp in self.calls:
-            out.setdefault(rnd, []).append(fp)
-        return out
-
-
-def check_last_calls(recorder: Recorder, result: Result, rounds: int) -> dict[int, int]:
-    """Assert that each round's last call scored the served model; return the call counts."""
-    per_round = recorder.per_round()
-    assert sorted(per_round) == list(range(rounds + 1))
-    assert [rnd for rnd, _ in recorder.calls] == sorted(rnd for rnd, _ in recorder.calls)
-    for rnd in range(1, rounds + 1):
-        served = result.evaluate_metrics_serverapp[rnd]["fp"]
-        assert per_round[rnd][-1] == served, f"round {rnd}: the last call is not the served model"
-    assert recorder.calls[-1][1] == fingerprint(result.arrays)
-    return {rnd: len(fps) for rnd, fps in per_round.items()}
 
 
 @pytest.mark.parametrize("none_at_start", [False, True])

@@ -13,9 +13,8 @@ import math
 
 import numpy as np
 import pytest
-from conftest import ToyEdge, flwr_logs, model, virtual
+from conftest import Recorder, ToyEdge, check_last_calls, flwr_logs, model, virtual
 from flwr.app import ArrayRecord, MetricRecord
-from test_evaluate_fn_last_call import Recorder, check_last_calls
 
 from flower_edge.errors import ConfigError
 from strategies import EdgeStrategy, InProcessGrid, ShareConfig, StopConfig, ValuationConfig
