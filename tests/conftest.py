@@ -527,3 +527,25 @@ def check_last_calls(recorder: Recorder, result: Result, rounds: int) -> dict[in
         assert per_round[rnd][-1] == served, f"round {rnd}: the last call is not the served model"
     assert recorder.calls[-1][1] == fingerprint(result.arrays)
     return {rnd: len(fps) for rnd, fps in per_round.items()}
+
+
+def edge_preset_on_toy(valuation: Any, **overrides: Any) -> tuple[EdgeStrategy, InProcessGrid]:
+    """The ``edge`` preset (K = 1, no stop, the preset's shares) on 4 toy nodes of speeds 10-80.
+
+    ``valuation``: its ValuationConfig; ``overrides``: preset options to change.
+    """
+    from dataclasses import replace
+
+    from strategies import StopConfig
+    from strategies.edge import PRESET_SHARES, PRESETS
+
+    shares = ShareConfig(profile=False, total_samples=400, rebalance="off")
+    strategy = EdgeStrategy(
+        threshold=1,
+        **{**PRESETS["edge"], **overrides},
+        clock=virtual(),
+        shares=replace(shares, **PRESET_SHARES["edge"]),
+        stop=StopConfig(),
+        valuation=valuation,
+    )
+    return strategy, InProcessGrid(ToyEdge(speeds=[10.0, 20.0, 40.0, 80.0]), 4)

@@ -10,15 +10,10 @@ metrics go into ``Result.evaluate_metrics_serverapp[r]`` and, after the last rou
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
-from conftest import Recorder, ToyEdge, check_last_calls, make_dropin_app, model, virtual
+from conftest import Recorder, check_last_calls, edge_preset_on_toy, make_dropin_app, model
 
-from strategies import EdgeStrategy, InProcessGrid, ShareConfig, StopConfig, ValuationConfig
-from strategies.edge import PRESET_SHARES, PRESETS
-
-SHARES = ShareConfig(profile=False, total_samples=400, rebalance="off")
+from strategies import EdgeStrategy, InProcessGrid, ValuationConfig
 
 
 @pytest.mark.parametrize("none_at_start", [False, True])
@@ -46,15 +41,7 @@ def test_the_edge_preset_ends_each_round_on_the_served_model(
     global model and ``drop_worst`` never drops; the plain step exercises the drop."""
     recorder = Recorder(3.5)  # the toy's models pass near it: both models get served
     plain = {} if sign_step else {"server_opt": None, "server_lr": 1.0}
-    strategy = EdgeStrategy(
-        threshold=1,
-        **{**PRESETS["edge"], **plain},
-        clock=virtual(),
-        shares=dataclasses.replace(SHARES, **PRESET_SHARES["edge"]),
-        stop=StopConfig(),
-        valuation=ValuationConfig(drop_worst=drop_worst),
-    )
-    grid = InProcessGrid(ToyEdge(speeds=[10.0, 20.0, 40.0, 80.0]), 4)
+    strategy, grid = edge_preset_on_toy(ValuationConfig(drop_worst=drop_worst), **plain)
     result = strategy.start(grid, model(0.0), num_rounds=8, evaluate_fn=recorder)
     counts = check_last_calls(recorder, result, 8)
     metrics = result.train_metrics_clientapp

@@ -8,21 +8,18 @@ and in a whole run the last ``evaluate_fn`` call of each round still scores the 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
 import pytest
-from conftest import Recorder, ToyEdge, check_last_calls, flwr_logs, model, virtual
+from conftest import Recorder, check_last_calls, edge_preset_on_toy, flwr_logs, model
 from flwr.app import ArrayRecord, MetricRecord
 
 from flower_edge.errors import ConfigError
-from strategies import EdgeStrategy, InProcessGrid, ShareConfig, StopConfig, ValuationConfig
-from strategies.edge import PRESET_SHARES, PRESETS
+from strategies import ValuationConfig
 from strategies.evaluation import ServerEvaluation, Step, scaled_move
 from strategies.records import Combined
 
-SHARES = ShareConfig(profile=False, total_samples=400, rebalance="off")
 KEYS = ("w", "steps")
 
 
@@ -117,15 +114,8 @@ def test_a_run_with_the_search_ends_each_round_on_the_served_model(average: bool
     the goal, so larger moves win early and the plain one later; the metrics say which."""
     recorder = Recorder(3.5)
     plain = {} if average else {"average_passes": None, "serve_better": False}
-    strategy = EdgeStrategy(
-        threshold=1,
-        **{**PRESETS["edge"], **plain},
-        clock=virtual(),
-        shares=dataclasses.replace(SHARES, **PRESET_SHARES["edge"]),
-        stop=StopConfig(),
-        valuation=ValuationConfig(drop_worst=True, step_search=(1.0, 2.0, 4.0)),
-    )
-    grid = InProcessGrid(ToyEdge(speeds=[10.0, 20.0, 40.0, 80.0]), 4)
+    valuation = ValuationConfig(drop_worst=True, step_search=(1.0, 2.0, 4.0))
+    strategy, grid = edge_preset_on_toy(valuation, **plain)
     with flwr_logs() as logs:
         result = strategy.start(grid, model(0.0), num_rounds=8, evaluate_fn=recorder)
     check_last_calls(recorder, result, 8)
@@ -139,16 +129,17 @@ def test_a_run_with_the_search_ends_each_round_on_the_served_model(average: bool
         assert scale == 1.0 or f"step=x{scale:g}" in line
 
 
-def test_without_the_search_nothing_changes() -> None:
-    """No factor: the same run as before the option existed (no step-scale metric)."""
-    strategy = EdgeStrategy(
-        threshold=1,
-        **PRESETS["edge"],
-        clock=virtual(),
-        shares=dataclasses.replace(SHARES, **PRESET_SHARES["edge"]),
-        stop=StopConfig(),
-        valuation=ValuationConfig(drop_worst=True),
-    )
-    grid = InProcessGrid(ToyEdge(speeds=[10.0, 20.0, 40.0, 80.0]), 4)
-    result = strategy.start(grid, model(0.0), num_rounds=3, evaluate_fn=Recorder(3.5))
-    assert "step-scale" not in result.train_metrics_clientapp[1]
+def test_without_another_factor_nothing_changes() -> None:
+    """No factor, or only ``c = 1``: the same models and history (no step-scale metric
+    without the search; with ``(1.0,)`` the unscaled step always stands)."""
+    runs = []
+    for factors in ((), (1.0,)):
+        strategy, grid = edge_preset_on_toy(ValuationConfig(drop_worst=True, step_search=factors))
+        result = strategy.start(grid, model(0.0), num_rounds=4, evaluate_fn=Recorder(3.5))
+        runs.append((strategy, result))
+    (plain, off), (ones, on) = runs
+    assert "step-scale" not in off.train_metrics_clientapp[1]
+    assert [str(on.train_metrics_clientapp[r]["step-scale"]) for r in range(1, 5)] == ["1.0"] * 4
+    assert [h.weights for h in plain.history] == [h.weights for h in ones.history]
+    for key in off.arrays:
+        assert off.arrays[key].numpy().tobytes() == on.arrays[key].numpy().tobytes()
