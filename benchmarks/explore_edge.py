@@ -140,7 +140,9 @@ import numpy as np
 
 import clients.jobs as jobs_module
 import strategies.edge as edge_module
+import strategies.evaluation as evaluation_module
 import strategies.loop as loop_module
+from flower_edge.aggregation import WeightedSum
 from flower_edge.arrays import cast_like
 from flower_edge.server_opt import ServerOptConfig, staleness_scale
 from flower_edge.staleness import make_decay
@@ -649,8 +651,69 @@ def _change(s: Any, settings: SimSettings, variant: dict[str, Any]) -> None:
         s.combine = _annealed(s, settings.rounds, float(start), float(floor))
 
 
+_ORIGINAL_STEP_OF = evaluation_module.Step.of
+#: the factor of each aggregation's step under ``plain_search`` (1000 + eta: the plain step)
+STEP_SCALES: list[float] = []
+
+
+def _plain_search(etas: Sequence[float]) -> None:
+    """Variant ``plain_search``: the step search also tries the plain mean-delta step.
+
+    After the library's step (the sign step, ``drop_worst``'s choice, ``step_search``) the
+    server also scores ``x + eta * m`` for each ``eta``, ``m`` the weighted mean delta (before
+    the sign and the server lr) of the updates the step kept, and keeps
+    whichever model has the best validation metric (issue 10, twenty-fifth session: a
+    direction search between the sign step and FedBuff's plain step). ``[]`` restores the
+    library's rule.
+    """
+    if not etas:
+        evaluation_module.Step.of = _ORIGINAL_STEP_OF
+        return
+
+    def of(cls: Any, evaluation: Any, combined: Any, rnd: int, base: Any = None) -> Any:
+        step = _ORIGINAL_STEP_OF.__func__(cls, evaluation, combined, rnd, base)
+        total = combined.total
+        if base is None or not hasattr(total, "_steps"):  # edge's sum of deltas
+            return step
+        if step.scale != 1.0:
+            current = evaluation.metric(step.searched)
+        else:
+            current = step.chosen_metric(evaluation)
+        if current is None:
+            return step
+        if step.dropped is None:
+            mean = WeightedSum.mean(total)
+        else:
+            mean = WeightedSum.mean_without(total, total.keys[step.dropped])
+        move = total._steps(mean)  # the weighted mean delta itself
+        sign = 1.0 if evaluation.config.higher_is_better else -1.0
+        best = sign * current
+        for eta in etas:
+            moved = [
+                cast_like(np.asarray(b, np.float64) + eta * d, np.asarray(a))
+                if np.asarray(a).dtype.kind == "f"
+                else np.asarray(a)
+                for a, b, d in zip(step.arrays, base, move, strict=True)
+            ]
+            metrics = evaluation.evaluate(rnd, moved)
+            value = evaluation.metric(metrics)
+            if value is not None and not math.isnan(value) and sign * value > best:
+                best = sign * value
+                step = step._replace(
+                    arrays=moved,
+                    scale=1000.0 + eta,
+                    searched=metrics,
+                    searched_at=evaluation.calls,
+                )
+        STEP_SCALES.append(step.scale)
+        return step
+
+    evaluation_module.Step.of = classmethod(of)
+
+
 def install(variant: dict[str, Any]) -> None:
     """Make ``build_strategy`` apply ``variant`` to the strategies it builds."""
+    _plain_search([float(e) for e in variant.get("plain_search", [])])
     module: Any = sys.modules[tta.run_server_module()]
     original = getattr(module, "_original_build_strategy", module.build_strategy)
     module._original_build_strategy = original
@@ -751,6 +814,9 @@ def main(argv: list[str] | None = None) -> int:
             optimizer = getattr(BUILT[-1], "server_optimizer", None)
             if optimizer is not None:  # optimizer steps taken, one per aggregation
                 extra["server_opt_steps"] = optimizer.steps
+            if STEP_SCALES:
+                extra["step_scales"] = {f"{c:g}": STEP_SCALES.count(c) for c in set(STEP_SCALES)}
+                STEP_SCALES.clear()
             dropped = getattr(BUILT[-1], "explore_dropped", None)
             if dropped:
                 extra["dropped"] = sum(dropped)

@@ -64,6 +64,7 @@ from flower_edge.errors import InputError
 __all__ = [
     "CACHE_DIVISORS",
     "OPTIMIZERS",
+    "PRESET_STEP_SEARCH",
     "CacheDivisor",
     "OptimizerName",
     "ModelAverage",
@@ -83,6 +84,10 @@ OptimizerName = Literal["sgd", "momentum", "adam", "sign", "rprop"]
 OPTIMIZERS: tuple[str, ...] = get_args(OptimizerName)
 CacheDivisor = Literal["nodes", "seen"]
 CACHE_DIVISORS: tuple[str, ...] = get_args(CacheDivisor)
+#: the ``edge`` preset's server step search where a validation set values (the bundled
+#: scenarios, ``deploy/app``; ``strategies.ValuationConfig.step_search``): measured on 15
+#: seeds per scenario, docs/benchmarks/simulations.md, issue 10, sessions 24 and 25
+PRESET_STEP_SEARCH: tuple[float, ...] = (1.0, 1.5, 2.0, 3.0)
 
 
 def _f64(arrays: Sequence[Array]) -> Float64s:

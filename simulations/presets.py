@@ -123,7 +123,10 @@ def edge_options(settings: SimSettings) -> dict[str, Any]:
     }
     if sc.edge_validation is not None:  # the server's validation set (simulations.server)
         options["valuation"] = ValuationConfig(
-            metric_key=VALIDATION_METRIC, higher_is_better=False, drop_worst=sc.edge_drop_worst
+            metric_key=VALIDATION_METRIC,
+            higher_is_better=False,
+            drop_worst=sc.edge_drop_worst,
+            step_search=sc.edge_step_search,
         )
         options["serve_better"] = sc.edge_serve_better and sc.edge_average_passes is not None
     return options
@@ -206,6 +209,12 @@ def departures(settings: SimSettings) -> list[str]:
             out.append(
                 "drop_worst: an aggregation leaves out its worst update when the validation "
                 "loss says it hurts (seed: every update aggregated)"
+            )
+        if sc.edge_step_search:
+            factors = ", ".join(f"{c:g}" for c in sc.edge_step_search)
+            out.append(
+                f"step_search=({factors}): the server scales each step by the factor whose "
+                "model has the lowest validation loss (seed: one step)"
             )
     if settings.shares != "uniform" and settings.scenario.edge_max_epochs is not None:
         epochs = settings.scenario.edge_max_epochs

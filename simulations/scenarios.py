@@ -32,7 +32,7 @@ from typing import Final, Literal, get_args
 
 from flower_edge import validate
 from flower_edge.errors import InputError
-from flower_edge.server_opt import ServerOptConfig
+from flower_edge.server_opt import PRESET_STEP_SEARCH, ServerOptConfig
 from simulations.devices import PopulationConfig
 
 __all__ = [
@@ -147,6 +147,11 @@ class Scenario:
         The ``edge`` preset serves the global model instead of its moving average when the
         validation loss says it is better (``EdgeStrategy(serve_better=True)``; needs
         ``edge_validation``: the test set never chooses).
+    edge_step_search : tuple of float
+        The ``edge`` preset's server step search (``ValuationConfig(step_search=...)``): after
+        each aggregation the step is scaled by the factor that scores best on the validation
+        loss (:data:`flower_edge.server_opt.PRESET_STEP_SEARCH`; needs ``edge_validation``; empty:
+        off).
     min_client_samples : int
         Fewest training samples a client may hold; more clients than the data allows is
         an input error.
@@ -181,6 +186,7 @@ class Scenario:
     edge_validation: int | None = 300
     edge_drop_worst: bool = True
     edge_serve_better: bool = True
+    edge_step_search: tuple[float, ...] = PRESET_STEP_SEARCH
 
     def __post_init__(self) -> None:
         self.validate()
@@ -246,6 +252,21 @@ class Scenario:
         if self.edge_serve_better and self.edge_validation is None:
             raise InputError(
                 "edge_serve_better needs edge_validation (never choose on the test set)"
+            )
+        if not isinstance(self.edge_step_search, tuple):
+            got = type(self.edge_step_search).__name__
+            raise InputError(f"edge_step_search must be a tuple of step factors, got {got}")
+        validate.numbers(
+            "edge_step_search",
+            self.edge_step_search,
+            low=0.0,
+            low_inclusive=False,
+            high=100.0,
+            error=InputError,
+        )
+        if self.edge_step_search and self.edge_validation is None:
+            raise InputError(
+                "edge_step_search needs edge_validation (never choose a step on the test set)"
             )
         validate.number(
             "edge_max_epochs",

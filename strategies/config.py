@@ -18,12 +18,14 @@ from flwr.app import ArrayRecord, MetricRecord
 from flower_edge import validate
 from flower_edge.allocation import MAX_SAMPLES
 from flower_edge.errors import ConfigError
+from flower_edge.server_opt import PRESET_STEP_SEARCH
 
 __all__ = [
     "DEFAULT_ABSURD_FACTOR",
     "DEFAULT_PATIENCE",
     "DEFAULT_PATIENCE_PASSES",
     "DEFAULT_WINDOW_PASSES",
+    "PRESET_STEP_SEARCH",
     "REBALANCE_METHODS",
     "VALUATION_MODES",
     "WEIGHT_BASES",
@@ -395,7 +397,8 @@ class ValuationConfig:
         aggregation, ``x_new`` after it; float tensors only) and keeps the one that scores
         best on ``metric_key``; ``x_new`` itself (``c = 1``) wins ties. One ``evaluate_fn``
         call per ``c``; a server line search on the validation set the values already use.
-        Each ``c`` in ``(0, 100]``; empty: off.
+        Each ``c`` in ``(0, 100]``; empty: off. The ``edge`` preset's apps, which value on a
+        validation set, search :data:`PRESET_STEP_SEARCH`.
     """
 
     mode: ValuationMode = "loo"

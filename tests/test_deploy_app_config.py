@@ -120,6 +120,32 @@ def test_min_epochs_switches_the_share_floor_on_and_is_checked(server_app: Any) 
         server_app.build_strategy(_context(**{"min-epochs": 1.0, "preset": "edge-seed"}))
 
 
+def test_step_search_takes_the_presets_factors_or_the_users_and_is_checked(
+    server_app: Any,
+) -> None:
+    from flower_edge.errors import ConfigError
+    from flower_edge.server_opt import PRESET_STEP_SEARCH
+
+    def factors(**overrides: Any) -> tuple[float, ...]:
+        return tuple(server_app.build_strategy(_context(**overrides)).valuation.step_search)
+
+    assert factors() == PRESET_STEP_SEARCH == (1.0, 1.5, 2.0, 3.0)  # the pyproject default
+    assert factors(preset="edge-seed") == ()  # the seed takes one step
+    assert factors(**{"step-search": "off"}) == factors(**{"step-search": ""}) == ()
+    assert factors(**{"step-search": "1, 2 4"}) == (1.0, 2.0, 4.0)
+    cases = [
+        ({"step-search": "1 two"}, "'step-search' must be 'preset', 'off' or numbers"),
+        ({"step-search": "1 0"}, r"'step-search'\[1\] must be in \(0, 100\], got 0.0"),
+        ({"step-search": "1 nan"}, r"'step-search'\[1\]"),
+        ({"step-search": "1 500"}, r"'step-search'\[1\] must be in \(0, 100\], got 500"),
+        ({"step-search": 2.0}, "'step-search' must be a string"),
+        ({"step-search": "1 2", "preset": "edge-seed"}, "'step-search' needs preset 'edge'"),
+    ]
+    for overrides, named in cases:
+        with pytest.raises(ConfigError, match=named):
+            server_app.build_strategy(_context(**overrides))
+
+
 def test_the_deployment_app_passes_strict_mypy(monkeypatch: pytest.MonkeyPatch) -> None:
     """``**slices`` (a ``dict[str, float]``) into ``LoopConfig`` was 3 strict-mypy errors that
     the project's ``mypy`` run never saw: its configuration left the deployment app out."""

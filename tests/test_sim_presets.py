@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from flower_edge.errors import InputError
+from flower_edge.server_opt import PRESET_STEP_SEARCH
 from simulations.presets import (
     NOT_METHOD_OPTIONS,
     SEED_OPTIONS,
@@ -80,6 +81,8 @@ def test_a_run_with_the_seed_aggregation_on_edge_names_the_other_departures() ->
         "seed: the test set's accuracy)",
         "drop_worst: an aggregation leaves out its worst update when the validation loss says "
         "it hurts (seed: every update aggregated)",
+        "step_search=(1, 1.5, 2, 3): the server scales each step by the factor whose model has "
+        "the lowest validation loss (seed: one step)",
         f"shares capped at {s.scenario.edge_max_epochs:g} epochs of each node's own data "
         "(seed: uncapped)",
     ]
@@ -96,6 +99,7 @@ def test_edge_values_drops_and_stops_on_a_validation_set_never_the_test_set() ->
     assert edge.valuation.metric_key == "val-loss"
     assert not edge.valuation.higher_is_better
     assert edge.valuation.drop_worst
+    assert edge.valuation.step_search == PRESET_STEP_SEARCH == (1.0, 1.5, 2.0, 3.0)
     assert edge.serve_better
     evaluator = _Evaluator(s, lambda: 0.0, None)
     metrics = evaluator(0, evaluator.initial_arrays())
@@ -112,11 +116,13 @@ def test_edge_values_drops_and_stops_on_a_validation_set_never_the_test_set() ->
         built = build_strategy(SimSettings.create("digits-20", name), VirtualClock())
         assert built.valuation.metric_key == "accuracy"
         assert not built.valuation.drop_worst
+        assert built.valuation.step_search == ()  # one step, as the seed
     no_validation = replace(
         SCENARIOS["digits-20"],
         edge_validation=None,
         edge_drop_worst=False,
         edge_serve_better=False,
+        edge_step_search=(),
     )
     plain = replace(SimSettings.create("digits-20", "edge"), scenario=no_validation)
     built_plain = build_strategy(plain, VirtualClock())
@@ -124,6 +130,9 @@ def test_edge_values_drops_and_stops_on_a_validation_set_never_the_test_set() ->
     assert not built_plain.serve_better  # the test set never chooses the served model
     with pytest.raises(InputError, match="edge_serve_better needs edge_validation"):
         replace(SCENARIOS["digits-20"], edge_validation=None, edge_drop_worst=False)
+    with pytest.raises(InputError, match="edge_step_search needs edge_validation"):
+        replace(no_validation, edge_step_search=(1.0, 2.0))
+    assert built_plain.valuation.step_search == ()
     assert not any("validation" in c for c in departures(plain))
 
 
@@ -307,3 +316,30 @@ def test_every_server_optimizer_kind_is_described() -> None:
     assert len(set(texts.values())) == len(OPTIMIZERS)
     assert "x1.2 while the sign holds" in texts["rprop"]
     assert all(text.startswith(f"server_opt={kind}: ") for kind, text in texts.items())
+
+
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [
+        ([1.0, 2.0], "edge_step_search must be a tuple of step factors, got list"),
+        ((1.0, 0.0), r"edge_step_search\[1\]"),
+        ((1.0, float("nan")), r"edge_step_search\[1\]"),
+        ((1.0, 101.0), r"edge_step_search\[1\]"),
+    ],
+)
+def test_a_bad_step_search_of_a_scenario_is_named(value: object, named: str) -> None:
+    with pytest.raises(InputError, match=named):
+        replace(SCENARIOS["digits-20"], edge_step_search=value)
+
+
+def test_the_step_search_is_named_only_where_the_scenario_searches() -> None:
+    named = (
+        "step_search=(1, 1.5, 2, 3): the server scales each step by the factor whose model "
+        "has the lowest validation loss (seed: one step)"
+    )
+    for scenario in ("digits-20", "mnist1d-100", "mnist1d-200-skew"):  # one preset everywhere
+        assert named in departures(SimSettings.create(scenario, "edge"))
+    off = replace(SCENARIOS["digits-20"], edge_step_search=())
+    settings = replace(SimSettings.create("digits-20", "edge"), scenario=off)
+    assert not any(c.startswith("step_search=") for c in departures(settings))
+    assert edge_options(settings)["valuation"].step_search == ()

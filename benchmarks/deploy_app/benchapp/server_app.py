@@ -33,6 +33,7 @@ from clients.data import load_centralized_test, load_partition, load_server_vali
 from clients.task import evaluate_model
 from flower_edge.errors import ConfigError
 from flower_edge.models import MLP
+from flower_edge.server_opt import PRESET_STEP_SEARCH
 from flower_edge.slicing import slice_budget_for_overhead
 from strategies import EdgeStrategy, FedAsync, FedBuff, LoopConfig, ShareConfig, ValuationConfig
 
@@ -131,9 +132,15 @@ def build_strategy(context: Context, name: str, slice_budget: float | str, nodes
         )
         # the project's best configuration (issue 10), as deploy/app runs it: deltas,
         # staleness-scaled server lr, the served average over one pass, values and
-        # drop_worst on the server's validation set; the profile comes with the first job
-        # (wall clock); every seed mechanism on
-        valuation = ValuationConfig(metric_key="val-loss", higher_is_better=False, drop_worst=True)
+        # drop_worst and the step search on the server's validation set (the search since
+        # issue 10's twenty-fifth session: deployment.md's earlier runs took one step); the
+        # profile comes with the first job (wall clock); every seed mechanism on
+        valuation = ValuationConfig(
+            metric_key="val-loss",
+            higher_is_better=False,
+            drop_worst=True,
+            step_search=PRESET_STEP_SEARCH,
+        )
         return EdgeStrategy.preset(
             "edge", threshold=threshold, loop=loop, shares=shares, valuation=valuation
         )

@@ -16,7 +16,8 @@ global models over one pass of the federation (``average_passes``), or the globa
 its validation loss is lower (``serve_better``); the nodes train from the global model
 itself; and the server values participants and drops an aggregation's worst update
 (``drop_worst``) on its own validation set, :data:`VALIDATION_SAMPLES` training-pool
-samples (``val-loss``), never on the test set it reports.
+samples (``val-loss``), never on the test set it reports; on the same set it scales each
+step by the factor of ``step-search`` that scores best (``ValuationConfig.step_search``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from clients.task import evaluate_model
 from flower_edge import validate
 from flower_edge.errors import ConfigError
 from flower_edge.models import MLP
+from flower_edge.server_opt import PRESET_STEP_SEARCH
 from strategies import EdgeStrategy, LoopConfig, ShareConfig, ValuationConfig
 from strategies.config import (
     DEFAULT_PATIENCE_PASSES,
@@ -82,6 +84,36 @@ def _text(context: Context, key: str, default: str | None = None) -> str:
     return validate.text(f"run config {key!r}", value, allow_empty=True)
 
 
+def _step_search(context: Context, preset: str) -> tuple[float, ...]:
+    """Return the server's step factors from run-config ``step-search``.
+
+    ``"preset"``: the ``edge`` preset's (:data:`PRESET_STEP_SEARCH`), none for ``edge-seed``;
+    ``""`` or ``"off"``: none; else factors separated by spaces or commas (``"1 2 4"``), each
+    in ``(0, 100]``. The search chooses on the server's validation set, which only the
+    ``edge`` preset has: factors with ``edge-seed`` are an error.
+    """
+    key = "run config 'step-search'"
+    value = _text(context, "step-search", "preset").strip()
+    if value == "preset":
+        return PRESET_STEP_SEARCH if preset == "edge" else ()
+    if value in ("", "off"):
+        return ()
+    if preset != "edge":
+        raise ConfigError(
+            f"{key} needs preset 'edge' (it chooses on the server's validation set; "
+            f"edge-seed values on the test set), got preset {preset!r}"
+        )
+    words = value.replace(",", " ").split()
+    try:
+        factors = [float(word) for word in words]
+    except ValueError:
+        raise ConfigError(
+            f"{key} must be 'preset', 'off' or numbers such as '1 1.5 2 3', got {value!r}"
+        ) from None
+    checked = validate.numbers(key, factors, low=0.0, low_inclusive=False, high=100.0)
+    return tuple(float(c) for c in checked)
+
+
 def build_strategy(context: Context) -> EdgeStrategy:
     """Return the EdgeStrategy described by the run config."""
     cfg = context.run_config
@@ -104,8 +136,11 @@ def build_strategy(context: Context) -> EdgeStrategy:
             f"run config 'preset' must be one of {', '.join(PRESETS)}, got {preset!r}"
         )
     # the seed values on the test metric; edge on a validation set of its own
+    search = _step_search(context, preset)
     valuation = (
-        ValuationConfig(metric_key="val-loss", higher_is_better=False, drop_worst=True)
+        ValuationConfig(
+            metric_key="val-loss", higher_is_better=False, drop_worst=True, step_search=search
+        )
         if preset == "edge"
         else None  # the library's default
     )
