@@ -22,6 +22,14 @@ strategy. A variant is ``label:JSON`` with any of these keys:
     The library's server line search, ``ValuationConfig(step_search=[...])`` (issue 10,
     twenty-fourth session): the step scaled by the factor that scores best on the server's
     validation set, after ``drop_worst``'s choice (``line_search`` is the older wrapper).
+    Since the twenty-fifth session the preset searches ``(1, 1.5, 2, 3)`` itself; ``[]`` turns
+    it off.
+``plain_search``
+    ``[eta, ...]`` (issue 10, twenty-fifth session): after the library's step the server also
+    scores the plain step ``x + eta * m`` (``m`` the weighted mean delta of the updates the
+    step kept, before the sign and the server lr: FedBuff's kind of step) and keeps the model
+    with the best validation metric. Rows get ``step_scales``: how many aggregations took each
+    factor (1000 + eta: the plain step).
 ``nostop``
     No plateau stop (the round budget only). A run without the stop has the same history
     as with it up to the aggregation where the stop would have ended it, so a stop rule can
@@ -651,7 +659,11 @@ def _change(s: Any, settings: SimSettings, variant: dict[str, Any]) -> None:
         s.combine = _annealed(s, settings.rounds, float(start), float(floor))
 
 
-_ORIGINAL_STEP_OF = evaluation_module.Step.of
+#: the library's ``Step.of`` (a classmethod), kept on the library module so that loading this
+#: script twice (the tests do) never takes a patched one for the original
+_ORIGINAL_STEP_OF: Any = evaluation_module.__dict__.setdefault(
+    "_library_step_of", evaluation_module.Step.__dict__["of"]
+)
 #: the factor of each aggregation's step under ``plain_search`` (1000 + eta: the plain step)
 STEP_SCALES: list[float] = []
 
@@ -667,7 +679,7 @@ def _plain_search(etas: Sequence[float]) -> None:
     library's rule.
     """
     if not etas:
-        evaluation_module.Step.of = _ORIGINAL_STEP_OF
+        evaluation_module.Step.of = _ORIGINAL_STEP_OF  # type: ignore[method-assign]
         return
 
     def of(cls: Any, evaluation: Any, combined: Any, rnd: int, base: Any = None) -> Any:

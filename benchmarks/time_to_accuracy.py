@@ -59,6 +59,7 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     # the project's additions that use a seed mechanism (the leave-one-out values)
     "edge-no-drop": {"post": {"drop_worst": False}},  # every update aggregated
     "edge-no-serve-better": {"post": {"serve_better": False}},  # always the average served
+    "edge-no-step-search": {"post": {"step_search": ()}},  # one step, as the seed
     # earlier explorations
     "edge-uniform-shares": {"shares": "uniform"},
     "edge-abandon-theta-0.15": {"theta": 0.15},
@@ -105,8 +106,8 @@ def _post_build(post: dict[str, Any]) -> Any:
             elif key == "valuation":
                 drop = strategy.valuation.drop_worst and value == "loo"
                 strategy.valuation = replace(strategy.valuation, mode=value, drop_worst=drop)
-            elif key == "drop_worst":
-                strategy.valuation = replace(strategy.valuation, drop_worst=value)
+            elif key in ("drop_worst", "step_search"):
+                strategy.valuation = replace(strategy.valuation, **{key: value})
             elif key == "stop":
                 strategy.stop = StopConfig()
             else:

@@ -17,3 +17,35 @@ def test_decay_exponent_and_abandon_quantile_reach_the_strategy() -> None:
     assert abs(s.decay(3.0) - 4.0**-0.25) < 1e-12
     explore._rules(s, {})  # no key: nothing changes
     assert s.abandon.quantile == 0.7
+
+
+def test_plain_search_patches_the_step_and_restores_the_librarys() -> None:
+    """``plain_search`` (issue 10, twenty-fifth session): the search may also take the plain
+    mean-delta step; each aggregation's factor is counted (1000 + eta for the plain step), and
+    a variant without it (or a second load of the script) gets the library's rule back."""
+    from conftest import Recorder, edge_preset_on_toy, model
+
+    import strategies.evaluation as evaluation
+    from strategies import ValuationConfig
+
+    library = evaluation.Step.__dict__["of"]
+    explore = load_benchmark("explore_edge")
+    try:
+        explore.install({"plain_search": [1.0]})
+        assert evaluation.Step.__dict__["of"] is not library
+        assert load_benchmark("explore_edge")._ORIGINAL_STEP_OF is library  # not the patch
+        explore.STEP_SCALES.clear()
+        valuation = ValuationConfig(drop_worst=True, step_search=(1.0,))
+        strategy, grid = edge_preset_on_toy(valuation)
+        result = strategy.start(grid, model(0.0), num_rounds=6, evaluate_fn=Recorder(3.5))
+        scales = list(explore.STEP_SCALES)
+        # the toy's goal is far from the sign step's 0.03: the plain step wins first, then
+        # (past the goal) the sign step stands
+        assert len(scales) == 6
+        assert set(scales) == {1.0, 1001.0}
+        assert scales[0] == 1001.0
+        metrics = [float(str(result.train_metrics_clientapp[r]["step-scale"])) for r in range(1, 7)]
+        assert metrics == scales  # the round's metric says which step became the global model
+    finally:
+        explore.install({})
+    assert evaluation.Step.__dict__["of"] is library
