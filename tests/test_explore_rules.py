@@ -49,3 +49,17 @@ def test_plain_search_patches_the_step_and_restores_the_librarys() -> None:
     finally:
         explore.install({})
     assert evaluation.Step.__dict__["of"] is library
+
+
+def test_the_step_search_ablation_takes_one_step_and_keeps_drop_worst() -> None:
+    """``time_to_accuracy.py``'s ``edge-no-step-search`` (issue 10, twenty-fifth session)."""
+    from simulations.app import SimSettings
+    from strategies.clock import VirtualClock
+
+    tta = load_benchmark("time_to_accuracy")
+    build = tta._post_build(tta.ABLATIONS["edge-no-step-search"]["post"])
+    settings = SimSettings.create("digits-20", "edge")
+    ablated = build(settings, VirtualClock())
+    assert ablated.valuation.step_search == ()
+    assert ablated.valuation.drop_worst  # only the search is off
+    assert ablated.valuation.metric_key == "val-loss"

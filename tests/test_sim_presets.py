@@ -133,19 +133,37 @@ def test_edge_values_drops_and_stops_on_a_validation_set_never_the_test_set() ->
     with pytest.raises(InputError, match="edge_step_search needs edge_validation"):
         replace(no_validation, edge_step_search=(1.0, 2.0))
     assert built_plain.valuation.step_search == ()
+    one_step = replace(SCENARIOS["digits-20"], edge_step_search=())  # validation, no search
+    settings = replace(SimSettings.create("digits-20", "edge"), scenario=one_step)
+    assert edge_options(settings)["valuation"].step_search == ()
     assert not any("validation" in c for c in departures(plain))
 
 
-def test_the_served_average_is_named_where_the_scenario_uses_it() -> None:
-    named = (
-        "average_passes=1: the served model is the moving average of the global models over 1 "
-        "pass(es) of the federation (seed: the global model)"
-    )
+@pytest.mark.parametrize(
+    ("field", "off", "named"),
+    [
+        (
+            "edge_average_passes",
+            None,  # the global model served
+            "average_passes=1: the served model is the moving average of the global models "
+            "over 1 pass(es) of the federation (seed: the global model)",
+        ),
+        (
+            "edge_step_search",
+            (),  # one step
+            "step_search=(1, 1.5, 2, 3): the server scales each step by the factor whose model "
+            "has the lowest validation loss (seed: one step)",
+        ),
+    ],
+)
+def test_a_departure_is_named_only_where_the_scenario_makes_it(
+    field: str, off: object, named: str
+) -> None:
     for scenario in ("digits-20", "mnist1d-100", "mnist1d-200-skew"):  # one preset everywhere
         assert named in departures(SimSettings.create(scenario, "edge"))
-    plain = replace(SCENARIOS["digits-20"], edge_average_passes=None)
-    off = departures(replace(SimSettings.create("digits-20", "edge"), scenario=plain))
-    assert not any(c.startswith("average_passes=") for c in off)  # the global model
+    plain = replace(SCENARIOS["digits-20"], **{field: off})
+    settings = replace(SimSettings.create("digits-20", "edge"), scenario=plain)
+    assert not any(c.startswith(named.split("=")[0] + "=") for c in departures(settings))
 
 
 def test_built_strategies_follow_their_presets() -> None:
@@ -330,16 +348,3 @@ def test_every_server_optimizer_kind_is_described() -> None:
 def test_a_bad_step_search_of_a_scenario_is_named(value: object, named: str) -> None:
     with pytest.raises(InputError, match=named):
         replace(SCENARIOS["digits-20"], edge_step_search=value)
-
-
-def test_the_step_search_is_named_only_where_the_scenario_searches() -> None:
-    named = (
-        "step_search=(1, 1.5, 2, 3): the server scales each step by the factor whose model "
-        "has the lowest validation loss (seed: one step)"
-    )
-    for scenario in ("digits-20", "mnist1d-100", "mnist1d-200-skew"):  # one preset everywhere
-        assert named in departures(SimSettings.create(scenario, "edge"))
-    off = replace(SCENARIOS["digits-20"], edge_step_search=())
-    settings = replace(SimSettings.create("digits-20", "edge"), scenario=off)
-    assert not any(c.startswith("step_search=") for c in departures(settings))
-    assert edge_options(settings)["valuation"].step_search == ()
