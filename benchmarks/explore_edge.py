@@ -810,7 +810,9 @@ def main(argv: list[str] | None = None) -> int:
                 sc = dataclasses.replace(s.scenario, **variant["scenario"])
                 s = dataclasses.replace(s, scenario=sc, rounds=sc.rounds_for(strategy))
             if "threshold" in variant:
-                k = dataclasses.replace(s.scenario, threshold=int(variant["threshold"]))
+                k = dataclasses.replace(
+                    s.scenario, threshold=int(variant["threshold"]), edge_threshold=None
+                )
                 s = dataclasses.replace(s, rounds=k.rounds_for(strategy))
             if "k_schedule" in variant:  # ends on the update budget (see k_schedule)
                 s = dataclasses.replace(s, rounds=s.scenario.update_budget)

@@ -178,7 +178,7 @@ def _patched_build(variant: dict[str, Any]) -> Any:
             shares = replace(shares, total_samples=total)
         levers = {k: v for k, v in variant.items() if k in _LEVER_KEYS}
         return LeverEdge(
-            threshold=sc.threshold,
+            threshold=sc.edge_k,
             num_nodes=sc.num_clients,
             batch_size=sc.batch_size,
             decay=settings.decay,

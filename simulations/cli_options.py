@@ -119,8 +119,8 @@ def build_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=None,
         metavar="K",
         help="edge and edge-seed aggregate when more than K updates are in, FedBuff at K "
-        "(FedAvg and FedAsync have none); 1 <= K < clients (default: the scenario's, lowered "
-        "with --clients)",
+        "(FedAvg and FedAsync have none), every one of them; 1 <= K < clients (default: the "
+        "scenario's, lowered with --clients; digits-20: 1 for edge and edge-seed, 4 for FedBuff)",
     )
     p.add_argument(
         "--out",

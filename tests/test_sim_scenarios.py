@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import pytest
 
 from flower_edge.errors import InputError
@@ -65,8 +67,50 @@ def test_rounds_follow_the_update_budget() -> None:
     s = resolve_scenario("digits-20")
     assert s.rounds_for("fedavg") * s.num_clients >= s.update_budget
     assert s.rounds_for("fedasync") == s.update_budget
-    assert s.rounds_for("edge") * (s.threshold + 1) >= s.update_budget
+    assert s.rounds_for("edge") * (s.edge_k + 1) >= s.update_budget
     assert s.rounds_for("fedbuff") * s.threshold >= s.update_budget
+
+
+def test_the_edge_presets_may_take_their_own_k() -> None:
+    """digits-20 (IID): edge and edge-seed aggregate more than 1 update, FedBuff 4 (issue 10,
+    twenty-sixth session); the label-skewed scenarios keep one K for all."""
+    d = resolve_scenario("digits-20")
+    assert (d.threshold, d.edge_threshold, d.edge_k) == (4, 1, 1)
+    assert [d.k_for(n) for n in ("edge", "edge-seed", "fedbuff", "fedavg", "fedasync")] == [
+        1,
+        1,
+        4,
+        None,
+        None,
+    ]
+    assert [d.updates_per_round(n) for n in ("edge", "edge-seed", "fedbuff")] == [2, 2, 4]
+    assert (d.rounds_for("edge"), d.rounds_for("fedbuff")) == (100, 50)
+    m = resolve_scenario("mnist1d-100")
+    assert (m.edge_threshold, m.k_for("edge"), m.k_for("fedbuff")) == (None, 10, 10)
+    # --threshold sets every strategy's K; --clients alone scales both
+    assert resolve_scenario("digits-20", threshold=3).k_for("edge") == 3
+    small = resolve_scenario("digits-20", clients=8)
+    assert (small.k_for("edge"), small.k_for("fedbuff")) == (1, 2)
+    big = resolve_scenario("digits-20", clients=100)
+    assert (big.k_for("edge"), big.k_for("fedbuff")) == (1, 4)  # more: the scenario's
+
+
+@pytest.mark.parametrize("bad", [0, 20, 2.0, True, -1])
+def test_a_bad_edge_threshold_is_named(bad: object) -> None:
+    with pytest.raises(InputError, match=r"edge_threshold K must be an integer >= 1 and < clients"):
+        replace(SCENARIOS["digits-20"], edge_threshold=bad)
+
+
+def test_the_built_strategies_run_with_their_own_k() -> None:
+    from simulations.server import build_strategy
+    from simulations.settings import SimSettings
+    from strategies.clock import VirtualClock
+
+    ks = {
+        n: build_strategy(SimSettings.create("digits-20", n), VirtualClock()).threshold
+        for n in ("edge", "edge-seed", "fedbuff")
+    }
+    assert ks == {"edge": 1, "edge-seed": 1, "fedbuff": 4}
 
 
 def test_fewer_clients_scale_the_learning_rate_and_the_slices() -> None:
