@@ -120,7 +120,7 @@ def build_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="K",
         help="edge and edge-seed aggregate when more than K updates are in, FedBuff at K "
         "(FedAvg and FedAsync have none), every one of them; 1 <= K < clients (default: the "
-        "scenario's, lowered with --clients; digits-20: 1 for edge and edge-seed, 4 for FedBuff)",
+        "scenario's, lowered with --clients; digits-20: 1 for edge, 4 for edge-seed and FedBuff)",
     )
     p.add_argument(
         "--out",

@@ -141,7 +141,7 @@ def build_strategy(settings: SimSettings, clock: Any) -> Strategy:
     )
     if settings.strategy in EDGE_PRESETS:
         edge = strategies.EdgeStrategy(
-            threshold=sc.edge_k,
+            threshold=sc.edge_k if settings.strategy == "edge" else sc.threshold,
             decay=settings.decay,
             decay_a=settings.decay_a,
             loop=loop,

@@ -176,7 +176,7 @@ def test_simulations_docs_scenario_table_is_the_scenarios() -> None:
         assert int(clients) == scenario.num_clients, name
         assert float(spread.rstrip("×")) == scenario.heterogeneity, name
         assert int(k.split()[0]) == scenario.threshold, name
-        edge_k = k.split(": ")[1].rstrip(")") if "(edge presets: " in k else k
+        edge_k = k.split(": ")[1].rstrip(")") if "(edge: " in k else k
         assert int(edge_k) == scenario.edge_k, name
         assert float(target) == scenario.target_accuracy, name
         assert int(budget) == scenario.update_budget, name

@@ -219,7 +219,7 @@ def test_the_json_identifies_the_run(edge_run: RunResult) -> None:
     """Found by a new-user probe: results.json had the seed and the clients but not the
     heterogeneity, the K used, the rounds asked for or the engine."""
     data = edge_run.to_dict()
-    # the strategy's own K: digits-20's edge presets take 1, FedBuff 4 (Scenario.edge_threshold)
+    # the strategy's own K: digits-20's edge preset takes 1, FedBuff 4 (Scenario.edge_threshold)
     assert (data["heterogeneity"], data["threshold"], data["engine"]) == (30.0, 1, "inprocess")
     assert data["rounds_requested"] == 3
 

@@ -72,18 +72,18 @@ def test_rounds_follow_the_update_budget() -> None:
 
 
 def test_the_edge_presets_may_take_their_own_k() -> None:
-    """digits-20 (IID): edge and edge-seed aggregate more than 1 update, FedBuff 4 (issue 10,
-    twenty-sixth session); the label-skewed scenarios keep one K for all."""
+    """digits-20 (IID): edge aggregates more than 1 update, edge-seed more than 4, FedBuff 4
+    (issue 10, twenty-sixth session); the label-skewed scenarios keep one K for all."""
     d = resolve_scenario("digits-20")
     assert (d.threshold, d.edge_threshold, d.edge_k) == (4, 1, 1)
     assert [d.k_for(n) for n in ("edge", "edge-seed", "fedbuff", "fedavg", "fedasync")] == [
         1,
-        1,
+        4,
         4,
         None,
         None,
     ]
-    assert [d.updates_per_round(n) for n in ("edge", "edge-seed", "fedbuff")] == [2, 2, 4]
+    assert [d.updates_per_round(n) for n in ("edge", "edge-seed", "fedbuff")] == [2, 5, 4]
     assert (d.rounds_for("edge"), d.rounds_for("fedbuff")) == (100, 50)
     m = resolve_scenario("mnist1d-100")
     assert (m.edge_threshold, m.k_for("edge"), m.k_for("fedbuff")) == (None, 10, 10)
@@ -110,7 +110,7 @@ def test_the_built_strategies_run_with_their_own_k() -> None:
         n: build_strategy(SimSettings.create("digits-20", n), VirtualClock()).threshold
         for n in ("edge", "edge-seed", "fedbuff")
     }
-    assert ks == {"edge": 1, "edge-seed": 1, "fedbuff": 4}
+    assert ks == {"edge": 1, "edge-seed": 4, "fedbuff": 4}
 
 
 def test_fewer_clients_scale_the_learning_rate_and_the_slices() -> None:
