@@ -119,7 +119,7 @@ def build_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=None,
         metavar="K",
         help="edge and edge-seed aggregate when more than K updates are in, FedBuff at K "
-        "(FedAvg and FedAsync have none), every one of them; 1 <= K < clients (default: the "
+        "(FedAvg and FedAsync have none); one K for all three; 1 <= K < clients (default: the "
         "scenario's, lowered with --clients; digits-20: 1 for edge, 4 for edge-seed and FedBuff)",
     )
     p.add_argument(

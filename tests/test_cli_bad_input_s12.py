@@ -390,9 +390,9 @@ def test_simulate_help_gives_every_range_and_default(capsys: pytest.CaptureFixtu
     with pytest.raises(SystemExit):
         main(["simulate", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert (
-        "more than K updates are in, FedBuff at K (FedAvg and FedAsync have none); 1 <= K" in text
-    )
+    assert "more than K updates are in, FedBuff at K (FedAvg and FedAsync have none)" in text
+    assert "one K for all three; 1 <= K < clients" in text
+    assert "digits-20: 1 for edge, 4 for edge-seed and FedBuff" in text  # edge_threshold
     assert "(default: runs/<scenario>-<UTC time>; with --json, no files unless given)" in text
     assert "virtual clients, >= 2" in text
     assert MAX_SEED == 2**64 - 1

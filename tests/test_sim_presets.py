@@ -44,7 +44,11 @@ def test_all_runs_edge_first_then_edge_seed() -> None:
     assert resolve_strategies("all")[:2] == ("edge", "edge-seed")
     seed = SimSettings.create("digits-20", "edge-seed")
     edge = SimSettings.create("digits-20", "edge")
-    assert seed.rounds == edge.rounds  # the same update budget: K + 1 updates per round
+    # the same update budget: K + 1 updates per round, each preset at its own K (digits-20:
+    # edge 1, edge-seed the scenario's 4)
+    assert seed.rounds * (seed.scenario.k_for("edge-seed") + 1) == seed.scenario.update_budget
+    assert edge.rounds * (edge.scenario.k_for("edge") + 1) == edge.scenario.update_budget
+    assert (seed.rounds, edge.rounds) == (40, 100)
 
 
 def test_edge_seed_has_no_departures_and_says_what_it_is() -> None:
