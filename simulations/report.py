@@ -351,6 +351,7 @@ def summary_table(results: Sequence[RunResult]) -> str:
             f"{r0.target_accuracy:.2f}; times in virtual seconds"
         )
         lines.extend(_resized(r0.scenario, r0.clients))
+        lines.extend(_ks(results))
     # what ended a run, where it was not its round budget (the table's rounds say that)
     lines.extend(stop_line(r) for r in results if r.stopped != "rounds")
     for r in results:
@@ -383,6 +384,22 @@ def summary_table(results: Sequence[RunResult]) -> str:
     described = {r.strategy: r.description for r in results if r.description}
     lines.extend(described.values())
     return "\n".join(lines)
+
+
+def _ks(results: Sequence[RunResult]) -> list[str]:
+    """Return the line naming each strategy's K, where the runs' Ks differ (else none).
+
+    A scenario may give the ``edge`` preset a K of its own (``Scenario.edge_threshold``:
+    digits-20), which the table's rounds alone do not explain.
+    """
+    ks = {r.strategy: r.threshold for r in results if r.threshold is not None}
+    if len(set(ks.values())) < 2:
+        return []
+    parts = [
+        f"{name} more than {k}" if name in EDGE_PRESETS else f"{name} {k}"
+        for name, k in ks.items()
+    ]
+    return ["updates per aggregation (K): " + ", ".join(parts)]
 
 
 #: how the table names each stop kind

@@ -211,3 +211,18 @@ def test_the_table_stays_aligned_with_a_large_seed() -> None:
     header, _, first, second = table.splitlines()[:4]
     assert len(first) == len(second) == len(header)
     assert header.index("rounds") == first.index("      2") + 1
+
+
+def test_summary_names_each_k_where_the_strategies_differ() -> None:
+    """digits-20's edge preset takes K = 1, FedBuff and edge-seed 4: the table's rounds
+    (100 against 50 and 40) alone did not say why."""
+    from dataclasses import replace
+
+    edge = replace(_result("edge", [0.1, 0.9], 10.0), threshold=1)
+    seed = replace(_result("edge-seed", [0.1, 0.9], 10.0), threshold=4)
+    fedbuff = replace(_result("fedbuff", [0.1, 0.9], 10.0), threshold=4)
+    fedavg = _result("fedavg", [0.1, 0.9], 40.0)
+    line = "updates per aggregation (K): edge more than 1, edge-seed more than 4, fedbuff 4"
+    assert line in summary_table([edge, seed, fedavg, fedbuff]).splitlines()
+    same = summary_table([replace(edge, threshold=4), seed, fedbuff, fedavg])
+    assert "updates per aggregation" not in same  # one K for all: the line says nothing new
