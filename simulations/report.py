@@ -396,8 +396,7 @@ def _ks(results: Sequence[RunResult]) -> list[str]:
     if len(set(ks.values())) < 2:
         return []
     parts = [
-        f"{name} more than {k}" if name in EDGE_PRESETS else f"{name} {k}"
-        for name, k in ks.items()
+        f"{name} more than {k}" if name in EDGE_PRESETS else f"{name} {k}" for name, k in ks.items()
     ]
     return ["updates per aggregation (K): " + ", ".join(parts)]
 
