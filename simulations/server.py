@@ -139,9 +139,10 @@ def build_strategy(settings: SimSettings, clock: Any) -> Strategy:
         # the seed gives a node of match ratio 0 no samples; edge gives it F / n
         zero_ratio="none" if settings.strategy == "edge-seed" else "equal",
     )
+    k = sc.k_for(settings.strategy) or sc.threshold  # each strategy's own (FedAsync: unused)
     if settings.strategy in EDGE_PRESETS:
         edge = strategies.EdgeStrategy(
-            threshold=sc.edge_k if settings.strategy == "edge" else sc.threshold,
+            threshold=k,
             decay=settings.decay,
             decay_a=settings.decay_a,
             loop=loop,
@@ -156,7 +157,7 @@ def build_strategy(settings: SimSettings, clock: Any) -> Strategy:
     # the baselines keep their own defaults: equal shares, no values
     if settings.strategy == "fedbuff":
         return strategies.FedBuff(
-            threshold=sc.threshold, loop=loop, clock=clock, checkpoint_dir=NO_CHECKPOINTS
+            threshold=k, loop=loop, clock=clock, checkpoint_dir=NO_CHECKPOINTS
         )
     return strategies.FedAsync(loop=loop, clock=clock, checkpoint_dir=NO_CHECKPOINTS)
 
